@@ -187,8 +187,10 @@ _APPLIANCE = {"pick_clean_then_place_in_recep": "sinkbasin", "pick_heat_then_pla
 _AFFORD = {"pick_clean_then_place_in_recep": CLEANABLE, "pick_heat_then_place_in_recep": HEATABLE,
            "pick_cool_then_place_in_recep": COOLABLE}
 
-# alfred.twl2 help text, verbatim (including its odd alignment on the `move` line).
-HELP_TEXT = ("\nAvailable commands:\n"
+# alfred.twl2 help text, verbatim (including its odd alignment on the `move` line), as the engine
+# prints it: the grammar's leading "\n" is dropped by TextWorld's grammar parser (checked on the
+# real engine by tests/test_alfworld_equivalence.py), the trailing one is kept.
+HELP_TEXT = ("Available commands:\n"
              "  look:                             look around your current location\n"
              "  inventory:                        check your current inventory\n"
              "  go to (receptacle):               move to a receptacle\n"
@@ -526,7 +528,10 @@ class Household:
 
     def _look(self) -> str:
         if self.loc < 0:
-            return self._intro[len(BANNER):self._intro.index("\n\nYour task")]
+            # Not the intro's list: the intro derives #look.feedback# with no bound location, so
+            # it lists every receptacle; the `look` action binds ?l to the agent's (empty) start
+            # location, so the engine answers "nothing" (checked against the real engine).
+            return "You are in the middle of a room. Looking quickly around you, you see nothing."
         return f"You are facing the {self.rname[self.loc]}. Next to it, you see nothing."
 
     def _examine_obj(self, o: int) -> str:
