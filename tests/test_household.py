@@ -1,0 +1,266 @@
+"""Rules of the built-in ALFWorld simulator (household.py), one property per test.
+
+List formatting, admissible contents, win conditions of all six task types, the step limit,
+closed receptacles, bad input, the expert (100 games per type per preset here; 1,000 in
+bench/env_speed.py), determinism, split disjointness, snapshot/restore replay and vocabulary
+coverage. Pure Python, a few seconds.
+
+Run:  .venv/bin/python -m pytest -q tests/test_household.py
+"""
+import os
+import random
+import re
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import household as H  # noqa: E402
+
+TOKEN_RE = re.compile(r"[A-Za-z]+|[0-9]|[^A-Za-z0-9\s]")
+
+
+def _game(tt, task=0, preset="small"):
+    env = H.Household(preset=preset)
+    env.reset_game(H.generate_game("train", preset, 0, task, task_type=tt))
+    return env
+
+
+def _play_expert(env):
+    while not env.done:
+        a = env.expert_action()
+        assert a in env.admissible, (a, env.admissible)
+        env.step(a)
+    return env
+
+
+# -- text --------------------------------------------------------------------------------------
+def test_list_formatting():
+    assert H.fmt_list([]) == "nothing"
+    assert H.fmt_list(["apple 1"]) == "a apple 1"
+    assert H.fmt_list(["cup 1", "egg 2"]) == "a cup 1, and a egg 2"          # `, and` with two items
+    assert H.fmt_list(["cd 2", "cd 1", "cellphone 1"]) == "a cd 2, a cd 1, and a cellphone 1"
+
+
+def test_lists_sorted_by_type_then_descending_number():
+    env = H.Household(preset="full")
+    for task in range(30):
+        env.reset_game(H.generate_game("train", "full", 0, task))
+        keys = [(t, -int(n.rsplit(" ", 1)[1])) for n, t in env.game.recs]
+        assert keys == sorted(keys)
+        keys = [(t, -int(n.rsplit(" ", 1)[1])) for n, t in env.game.objs]
+        assert keys == sorted(keys)
+
+
+def test_intro_banner_and_task_line():
+    obs, info = _game("pick_two_obj_and_place").reset_game()
+    assert obs.startswith("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. "
+                          "Looking quickly around you, you see a ")
+    assert obs.endswith("\n\nYour task is to: " + info["task"]) and info["task"].endswith(".")
+    assert info["task_type"] == "pick_two_obj_and_place" and info["won"] is False and info["score"] == 0.0
+
+
+def test_feedback_strings():
+    env = _game("pick_clean_then_place_in_recep", task=5)
+    assert env.step("help")[0].startswith("Available commands:\n  look:")
+    assert env.step("inventory")[0] == "You are not carrying anything."
+    r = next(i for i, t in enumerate(env.rtype) if t in H.OPENABLE)
+    name = env.rname[r]
+    assert env.step("go to " + name)[0] == f"You arrive at {name}. The {name} is closed."
+    assert env.step("look")[0] == f"You are facing the {name}. Next to it, you see nothing."
+    obs = env.step("open " + name)[0]
+    assert obs.startswith(f"You open the {name}. The {name} is open. In it, you see ")
+    assert env.step("examine " + name)[0] == obs[len(f"You open the {name}. "):]
+    assert env.step("close " + name)[0] == f"You close the {name}."
+
+
+# -- admissible ----------------------------------------------------------------------------------
+def test_admissible_at_start_and_closed_receptacle():
+    env = _game("pick_heat_then_place_in_recep", task=2)
+    adm = env.admissible
+    assert adm == sorted(set(adm))
+    assert set(adm) == {"help", "inventory", "look"} | {"go to " + n for n in env.rname}
+    m = env.rtype.index("microwave")
+    env.step("go to " + env.rname[m])
+    adm = env.admissible
+    assert "go to " + env.rname[m] not in adm and "examine " + env.rname[m] in adm
+    assert "open " + env.rname[m] in adm and not any(a.startswith("take ") for a in adm)
+
+
+def test_take_move_and_appliances_while_holding():
+    env = _game("pick_heat_then_place_in_recep", task=4)
+    while env.held < 0:
+        env.step(env.expert_action())
+    o = env.oname[env.held]
+    assert f"examine {o}" in env.admissible and not any(a.startswith("take ") for a in env.admissible)
+    assert env.step("inventory")[0] == f"You are carrying: a {o}."
+    m = env.rtype.index("microwave")
+    env.step("go to " + env.rname[m])
+    if env.opened[m]:                              # the apple may have started in the microwave
+        env.step("close " + env.rname[m])
+    assert f"heat {o} with {env.rname[m]}" in env.admissible            # closed microwave still heats
+    assert f"move {o} to {env.rname[m]}" not in env.admissible           # but you cannot put into it
+    assert env.step(f"heat {o} with {env.rname[m]}")[0] == f"You heat the {o} using the {env.rname[m]}."
+    assert env.step(f"examine {o}")[0] == f"This is a hot {o}."
+
+
+def test_objects_in_receptacles_not_examinable():
+    env = _game("pick_and_place_simple", task=9)
+    for _ in range(3):
+        env.step(env.expert_action())
+    names = [env.oname[o] for o in range(len(env.oname)) if env.where[o] >= 0]
+    assert not any(a == "examine " + n for a in env.admissible for n in names)
+
+
+# -- win conditions ------------------------------------------------------------------------------
+@pytest.mark.parametrize("tt", H.TASK_TYPES)
+def test_win_reward_done(tt):
+    env = _game(tt, task=11)
+    rewards = []
+    while not env.done:
+        obs, r, d, info = env.step(env.expert_action())
+        rewards.append(r)
+    assert info["won"] and info["score"] == 1.0 and rewards[-1] == 1.0 and sum(rewards) == 1.0
+    assert env.step("look") == (obs, 1.0, True, info)                    # no auto-reset: repeated
+
+
+def test_pick_two_needs_same_instance():
+    for task in range(200):
+        g = H.generate_game("train", "full", 0, task, task_type="pick_two_obj_and_place")
+        if sum(t == g.goal_recep for _, t in g.recs) >= 2:
+            break
+    env = H.Household(preset="full")
+    env.reset_game(g)
+    targets = [r for r, t in enumerate(env.rtype) if t == g.goal_recep]
+    goal_objs = [o for o, t in enumerate(env.otype) if t == g.goal_obj][:2]
+    for o, r in zip(goal_objs, targets):          # one in each of two instances: not a win
+        env.where[o] = r
+    assert not env._check_win()
+    env.where[goal_objs[1]] = targets[0]
+    assert env._check_win()
+
+
+def test_look_wins_on_go_to_when_lamp_already_on():
+    env = _game("look_at_obj_in_light", task=3)
+    lamp = next(o for o, t in enumerate(env.otype) if t == env.game.goal_lamp)
+    r = env.where[lamp]
+    env.step("go to " + env.rname[r]); env.step("use " + env.oname[lamp])
+    assert env.step("look")[0].startswith("You are facing") and not env.won
+    while env.held < 0:
+        env.step(env.expert_action())
+    if env.loc == r:                             # the object lay under the lamp: won on take
+        assert env.won
+        return
+    assert not env.won
+    assert env.step("go to " + env.rname[r])[1] == 1.0 and env.won
+
+
+def test_fridge_caveat_starting_in_fridge_is_cool():
+    for task in range(300):
+        g = H.generate_game("train", "small", 0, task, task_type="pick_cool_then_place_in_recep")
+        if any(g.start_cool):
+            env = H.Household()
+            env.reset_game(g)
+            o = g.start_cool.index(True)
+            assert env._examine_obj(o) == f"This is a cold {env.oname[o]}."
+            return
+    pytest.fail("no game with a goal object starting in the fridge")
+
+
+def test_step_limit():
+    env = H.Household(max_steps=5)
+    env.reset(0)
+    outs = [env.step("look") for _ in range(5)]
+    assert [o[2] for o in outs] == [False] * 4 + [True] and env.steps == 5
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "LOOK", "look around", "x" * 10_000, "ouvrir é 冰箱 🙂",
+                                 "<action>look</action>", "go to", None, b"look"])
+def test_bad_input_is_nothing_happens_and_counts(bad):
+    env = _game("pick_and_place_simple")
+    snap = env.snapshot()
+    obs, r, d, info = env.step(bad)
+    assert obs == "Nothing happens." and r == 0.0 and env.steps == 1
+    assert env.snapshot()[1:6] == snap[1:6]
+
+
+def test_padded_command_is_stripped():
+    env = _game("pick_and_place_simple")
+    assert env.step("  look \n")[0] != "Nothing happens."
+
+
+# -- expert, random policy, determinism, splits --------------------------------------------------
+@pytest.mark.parametrize("preset", H.PRESETS)
+@pytest.mark.parametrize("tt", H.TASK_TYPES)
+def test_expert_solves_all(preset, tt):
+    env = H.Household(preset=preset)
+    for task in range(100):
+        env.reset_game(H.generate_game("train", preset, 3, task, task_type=tt))
+        assert _play_expert(env).won, env.game.key
+
+
+def test_expert_recovers_after_random_detours():
+    rng = random.Random(0)
+    env = H.Household()
+    for task in range(120):
+        env.reset(task)
+        for _ in range(rng.randint(0, 30)):
+            if not env.done:
+                env.step(rng.choice(env.admissible))
+        steps_left = env.max_steps - env.steps
+        if not env.done and steps_left >= 20:
+            assert _play_expert(env).won
+
+
+def test_determinism_by_seed():
+    a, b, c = H.Household(seed=1), H.Household(seed=1), H.Household(seed=2)
+    for task in range(20):
+        assert a.reset(task) == b.reset(task)
+        assert a.game.fingerprint() == b.game.fingerprint()
+    assert any(H.Household(seed=1).reset(t)[0] != c.reset(t)[0] for t in range(20))
+
+
+def test_split_sizes_and_disjointness():
+    assert H.num_tasks("train") is None and H.num_tasks("valid_seen") == 140 and H.num_tasks("valid_unseen") == 134
+    seen = {H.generate_game("valid_seen", "small", 0, i).fingerprint() for i in range(140)}
+    unseen = [H.generate_game("valid_unseen", "small", 0, i) for i in range(134)]
+    train = [H.game_for("train", "small", s, i) for s in range(3) for i in range(300)]
+    assert not seen & {g.fingerprint() for g in train}
+    train_pairs = {(g.goal_obj, g.goal_recep or g.goal_lamp) for g in train}
+    unseen_pairs = {(g.goal_obj, g.goal_recep or g.goal_lamp) for g in unseen}
+    assert not train_pairs & unseen_pairs and all(H.is_unseen_pair(*p) for p in unseen_pairs)
+    assert [sum(g.task_type == t for g in unseen) for t in H.TASK_TYPES] == list(H.EVAL_COUNTS["valid_unseen"])
+
+
+def test_snapshot_restore_replay():
+    rng = random.Random(1)
+    env = H.Household(preset="full")
+    for task in range(20):
+        env.reset(task)
+        for _ in range(rng.randint(0, 10)):
+            env.step(rng.choice(env.admissible))
+        snap = env.snapshot()
+        actions = [rng.choice(env.admissible + ["bogus"]) for _ in range(15)]
+        first = []
+        for a in actions:
+            first.append(env.step(a))
+        env.reset(task + 1)                        # restore works across a different game too
+        env.restore(snap)
+        assert [env.step(a) for a in actions] == first
+
+
+def test_vocabulary_covers_all_text():
+    vocab = {t for s in H.vocabulary() for t in TOKEN_RE.findall(s)}
+    rng = random.Random(0)
+    for preset in H.PRESETS:
+        for split in H.SPLITS:
+            env = H.Household(split=split, preset=preset)
+            for task in range(60):
+                obs, info = env.reset(task)
+                texts = [obs, info["task"], *info["admissible"]]
+                while not env.done:
+                    a = env.expert_action() if rng.random() < 0.3 else rng.choice(env.admissible)
+                    obs, _, _, info = env.step(a)
+                    texts += [obs, *info["admissible"]]
+                missing = {t for s in texts for t in TOKEN_RE.findall(s)} - vocab
+                assert not missing, missing
