@@ -1,0 +1,510 @@
+"""Judge tests: the two tools, validation, the builtin / random judges, every adversarial judge
+reply through the real `openai` client against a real local HTTP server, a tiny random HF chat
+model, and the CriticSearch critic.
+
+Run: python -m pytest -q tests/test_judge.py
+"""
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pytest  # noqa: E402
+
+import judge  # noqa: E402
+from judge import GroupTools, make_judge, turn_error, validate_proposal  # noqa: E402
+from rollout import Trajectory, Turn  # noqa: E402
+
+
+# ---------------------------------------------------------------------------------------------
+# A hand-built "pivot" group: the successes take the key, the failures never do
+# ---------------------------------------------------------------------------------------------
+HALL = "You are in the hall. You see a drawer 1 and a door 1."
+AT_DRAWER = "You arrive at drawer 1. The drawer 1 is closed."
+OPEN_DRAWER = "You open the drawer 1. In it, you see a key 1."
+GOT_KEY = "You pick up the key 1 from the drawer 1."
+AT_DOOR = "You arrive at door 1. The door 1 is locked."
+NOTHING = "Nothing happens."
+WIN = "You unlock the door 1. The door opens. You won!"
+
+ADM = {HALL: ["go to drawer 1", "go to door 1"],
+       AT_DRAWER: ["open drawer 1", "go to door 1"],
+       OPEN_DRAWER: ["take key 1 from drawer 1", "close drawer 1", "go to door 1"],
+       GOT_KEY: ["close drawer 1", "go to door 1"],
+       AT_DOOR: ["open door 1", "unlock door 1 with key 1", "go to drawer 1"],
+       "You close the drawer 1.": ["open drawer 1", "go to door 1"]}
+
+
+def traj(tid, steps, won, valid=None):
+    """steps: [(obs, action, next_obs)]; the last turn ends the episode."""
+    turns = []
+    for k, (obs, act, nxt) in enumerate(steps):
+        ok = True if valid is None else valid[k]
+        turns.append(Turn(t=k, obs=obs, admissible=list(ADM.get(obs, [])),
+                          text=f"<think>hmm</think><action>{act}</action>" if ok else act,
+                          action=act, valid=ok, next_obs=nxt,
+                          reward=1.0 if (won and k == len(steps) - 1) else 0.0,
+                          done=k == len(steps) - 1))
+    return Trajectory(traj_id=tid, group_id=0, task=0, task_text="open the door.",
+                      task_type="pivot", turns=turns, won=won, score=float(won))
+
+
+def pivot_group():
+    success = [(HALL, "go to drawer 1", AT_DRAWER), (AT_DRAWER, "open drawer 1", OPEN_DRAWER),
+               (OPEN_DRAWER, "take key 1 from drawer 1", GOT_KEY), (GOT_KEY, "go to door 1", AT_DOOR),
+               (AT_DOOR, "unlock door 1 with key 1", WIN)]
+    fail_a = [(HALL, "go to drawer 1", AT_DRAWER), (AT_DRAWER, "open drawer 1", OPEN_DRAWER),
+              (OPEN_DRAWER, "close drawer 1", "You close the drawer 1."),
+              ("You close the drawer 1.", "go to door 1", AT_DOOR),
+              (AT_DOOR, "open door 1", NOTHING), (AT_DOOR, "open door 1", NOTHING)]
+    fail_b = [(HALL, "go to door 1", AT_DOOR), (AT_DOOR, "open door 1", NOTHING),
+              (AT_DOOR, "go to drawer 1", AT_DRAWER), (AT_DRAWER, "open drawer 1", OPEN_DRAWER),
+              (OPEN_DRAWER, "go to door 1", AT_DOOR), (AT_DOOR, "open door 1", NOTHING)]
+    # a longer success whose turn 0 is format-invalid and turn 2 is a wasted "Nothing happens."
+    success_long = [(HALL, "i am not sure", NOTHING)] + success[:1] + \
+        [(AT_DRAWER, "open door 1", NOTHING)] + success[1:]
+    return [traj(0, fail_a, False), traj(1, success, True), traj(2, fail_b, False),
+            traj(3, success_long, True, valid=[False] + [True] * 6)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools
+# ---------------------------------------------------------------------------------------------
+def test_search_finds_the_right_turn_in_failures_only():
+    g = pivot_group()
+    tools = GroupTools(g, 1)
+    hits = json.loads(tools.search_trajectory("close drawer 1", 5, "action"))["hits"]
+    assert (hits[0]["traj_id"], hits[0]["turn"], hits[0]["score"]) == (0, 2, 100.0)
+    assert "close drawer 1" in hits[0]["snippet"]
+    everything = json.loads(tools.search_trajectory("door 1", 10))["hits"]
+    assert {h["traj_id"] for h in everything} == {0, 2}        # never the successes
+    # each failed run's best match comes first, so a looping run cannot hide another
+    first_two = {h["traj_id"] for h in everything[:2]}
+    assert first_two == {0, 2}
+
+
+def test_search_bounds_and_bad_arguments():
+    tools = GroupTools(pivot_group(), 1)
+    hits = json.loads(tools.search_trajectory("drawer", 1000))["hits"]
+    assert len(hits) == judge.TOP_K_CAP
+    assert all(len(h["snippet"]) <= judge.SNIPPET_CHARS + 20 for h in hits)
+    for bad in [("", 3, "all"), (None, 3, "all"), ("x" * 10_000, 3, "all"), ("door", 0, "all"),
+                ("door", "many", "all"), ("door", 3, "thoughts")]:
+        out = tools.search_trajectory(*bad)
+        assert out.startswith("error:"), bad
+
+
+def test_get_segment_verbatim_and_bad_arguments():
+    g = pivot_group()
+    tools = GroupTools(g, 1)
+    seg = json.loads(tools.get_segment(0, 4, 5))
+    assert seg["outcome"] == "failure" and [r["turn"] for r in seg["turns"]] == [4, 5]
+    for r, t in zip(seg["turns"], g[0].turns[4:6]):
+        assert (r["observation"], r["output"], r["action"], r["result"]) == \
+            (t.obs, t.text, t.action, t.next_obs)
+        assert "Nothing happens" in r["error"]
+    seg = json.loads(tools.get_segment("1", "2", "2"))          # int-like strings are fine
+    assert seg["turns"][0]["action"] == "take key 1 from drawer 1" and seg["turns"][0]["error"] is None
+    for bad in [(9, 0, 1), (0, 5, 9), (0, 3, 1), (0, -1, 2), (0, "a", 2), (None, 0, 0), (3, 0, 8)]:
+        assert tools.get_segment(*bad).startswith("error:"), bad
+
+
+def test_tool_dispatch_never_raises():
+    tools = GroupTools(pivot_group(), 1)
+    assert tools.call("rm_rf", "{}").startswith("error: unknown tool")
+    assert tools.call("get_segment", "{not json").startswith("error: arguments are not valid JSON")
+    big = json.dumps({"query": "door " * 2000})
+    assert tools.call("search_trajectory", big).startswith("error: arguments too large")
+    assert tools.call("get_segment", "[1, 2]").startswith("error: arguments must be")
+    assert tools.call("get_segment", '{"traj_id": 0}').startswith("error: get_segment needs")
+    assert tools.call("search_trajectory", '{"query": "door", "k": 3}').startswith("error:")
+    assert tools.errors == 6 and tools.calls == 6
+
+
+def test_turn_error_kinds():
+    g = pivot_group()
+    t = g[3].turns
+    assert "tags" in turn_error(t[0]) and "admissible" in turn_error(t[2])
+    assert "Nothing happens" in turn_error(g[0].turns[4])      # admissible, but a no-op
+    assert turn_error(t[1]) is None
+    bad = Turn(t=0, obs=HALL, admissible=["go to door 1"], text="<action>fly</action>",
+               action="fly", valid=True, next_obs="You fly.", reward=0.0, done=False)
+    assert "admissible" in turn_error(bad)
+
+
+def test_json_inside_prose_and_fences():
+    assert judge.parse_proposal('Sure! {"failure_mode": "x", "start_turn": 1, "end_turn": 2} ok') \
+        == {"failure_mode": "x", "start_turn": 1, "end_turn": 2}
+    fenced = 'I think\n```json\n{"failure_mode": "y", "start_turn": 0, "end_turn": 0}\n```'
+    assert judge.parse_proposal(fenced)["failure_mode"] == "y"
+    assert judge.parse_proposal('<think>{"start_turn": 9}</think>no json here') is None
+    calls = judge.parse_text_tool_calls(
+        '<tool_call>{"name": "get_segment", "arguments": {"traj_id": 0, "start_turn": 1, '
+        '"end_turn": 1}}</tool_call>')
+    assert calls[0]["name"] == "get_segment" and json.loads(calls[0]["arguments"])["traj_id"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Builtin and random judges
+# ---------------------------------------------------------------------------------------------
+def test_builtin_judge_proposes_the_pivotal_turn():
+    g = pivot_group()
+    res = make_judge("builtin").propose(g, judge.shortest_success(g))
+    assert res.status == "valid", res.reason
+    p = res.proposal
+    assert (p.traj_id, p.start_turn, p.end_turn) == (1, 2, 2)       # take key 1 from drawer 1
+    assert "take key 1 from drawer 1" in p.failure_mode
+    assert res.tool_calls > 0 and res.prompt_tokens > 0 and res.completion_tokens > 0
+    # the longer success: same decision, turn 4 there
+    res = make_judge("builtin").propose(g, 3)
+    assert (res.proposal.start_turn, res.proposal.end_turn) == (4, 4)
+
+
+def test_builtin_judge_drops_without_contrast():
+    g = pivot_group()
+    assert make_judge("builtin").propose([g[1], g[3]], 0).reason_key == "no_failures"
+    assert make_judge("builtin").propose(g, 0).reason_key == "bad_input"     # not a success
+    assert make_judge("builtin").propose(g, 17).reason_key == "bad_input"
+
+
+def test_random_judge_returns_valid_segments_only():
+    g = pivot_group()
+    valid = set(judge.valid_segments(g[3]))
+    assert all(0 not in range(s, e + 1) and 2 not in range(s, e + 1) for s, e in valid)
+    seen = set()
+    for seed in range(200):
+        res = make_judge("random", seed=seed).propose(g, 3)
+        p = res.proposal
+        assert res.status == "valid"
+        assert validate_proposal({"failure_mode": "r", "start_turn": p.start_turn,
+                                  "end_turn": p.end_turn}, g, 3)[0] is not None
+        seen.add((p.start_turn, p.end_turn))
+    assert seen == valid                    # uniform over all of them, so all show up
+
+
+def test_random_judge_drops_when_no_valid_segment():
+    g = pivot_group()
+    short = traj(5, [(HALL, "i am not sure", NOTHING), (HALL, "go to drawer 1", AT_DRAWER)], True,
+                 valid=[False, True])
+    res = make_judge("random").propose([g[0], short], 1)
+    assert res.status == "dropped" and res.reason_key == "no_segment"
+
+
+def test_unknown_judge_name():
+    with pytest.raises(ValueError, match="builtin"):
+        make_judge("oracle")
+
+
+# ---------------------------------------------------------------------------------------------
+# A real OpenAI-compatible server on 127.0.0.1 replaying scripted replies
+# ---------------------------------------------------------------------------------------------
+class Script:
+    def __init__(self, replies):
+        self.replies, self.requests = list(replies), []
+
+
+def _handler(script):
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            script.requests.append(body)
+            item = script.replies.pop(0) if script.replies else {"content": "I give up."}
+            if "sleep" in item:
+                time.sleep(item["sleep"])
+            if "status" in item:
+                self.send_response(item["status"])
+                self.end_headers()
+                return
+            msg = {"role": "assistant", "content": item.get("content")}
+            if "tool_calls" in item:
+                msg["tool_calls"] = [{"id": f"c{k}", "type": "function", "function": {
+                    "name": n, "arguments": a if isinstance(a, str) else json.dumps(a)}}
+                    for k, (n, a) in enumerate(item["tool_calls"])]
+            resp = {"id": "x", "object": "chat.completion", "choices": [
+                {"index": 0, "message": msg, "finish_reason": "stop"}]}
+            if item.get("usage", True):
+                resp["usage"] = {"prompt_tokens": 100, "completion_tokens": 10}
+            data = json.dumps(resp).encode()
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass            # the client already timed out; that is the point of the test
+    return H
+
+
+@pytest.fixture
+def endpoint():
+    servers = []
+
+    def start(replies, **kw):
+        script = Script(replies)
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
+        servers.append(srv)
+        opts = dict(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", model="judge-test",
+                    api_key="k", timeout=5.0, retries=1, backoff=0.01)
+        opts.update(kw)
+        return make_judge("openai", **opts), script
+    yield start
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def answer(s, e, **extra):
+    return json.dumps({"failure_mode": "never takes the key", "start_turn": s, "end_turn": e,
+                       "rationale": "taking the key unlocks the door", **extra})
+
+
+def test_openai_valid_answer(endpoint):
+    j, script = endpoint([{"content": answer(2, 2)}])
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "valid" and (res.proposal.start_turn, res.proposal.end_turn) == (2, 2)
+    assert (res.prompt_tokens, res.completion_tokens) == (100, 10)        # endpoint usage
+    req = script.requests[0]
+    assert {t["function"]["name"] for t in req["tools"]} == {"search_trajectory", "get_segment"}
+    system = req["messages"][0]["content"]
+    assert "take key 1 from drawer 1" in system and "trajectory 2 FAILED" in system
+
+
+def test_openai_not_json_is_dropped_after_three_repairs(endpoint):
+    j, script = endpoint([{"content": "I believe the agent should take the key."}] * 4)
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "dropped" and res.reason_key == "not_json" and res.repairs == 3
+    assert len(script.requests) == 4
+    assert "no JSON object" in script.requests[1]["messages"][-1]["content"]
+
+
+def test_openai_json_inside_prose_is_accepted(endpoint):
+    j, _ = endpoint([{"content": f"After comparing runs, my answer:\n```json\n{answer(1, 2)}\n```"
+                                 " Hope this helps."}])
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "valid" and (res.proposal.start_turn, res.proposal.end_turn) == (1, 2)
+
+
+@pytest.mark.parametrize("bad,key,hint", [
+    (answer(2, 2, traj_id=0), "traj_id", "trajectory 1"),
+    (answer(3, 2), "reversed", "start_turn 3 > end_turn 2"),
+    (answer(2, 9), "bounds", "turns 0..4"),
+    (answer(3, 4), "terminal", "turn <= 3"),
+    ('{"failure_mode": "x", "start_turn": "two", "end_turn": 3}', "schema", "integers"),
+    ('{"start_turn": 1, "end_turn": 2}', "schema", "failure_mode"),
+], ids=["wrong_traj_id", "reversed", "out_of_range", "terminal", "non_int_turns", "missing_field"])
+def test_openai_invalid_proposal_is_repaired_then_dropped(endpoint, bad, key, hint):
+    j, script = endpoint([{"content": bad}] * 4)
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "dropped" and res.reason_key == key and res.repairs == 3
+    assert hint in script.requests[1]["messages"][-1]["content"]      # precise repair message
+
+
+def test_openai_more_than_four_turns(endpoint):
+    g = pivot_group()           # success 3 has 7 turns; 1..5 is five action turns
+    j, script = endpoint([{"content": answer(1, 5, traj_id=3)}] * 4)
+    res = j.propose(g, 3)
+    assert res.reason_key == "too_long" and "at most 4" in res.reason
+
+
+def test_openai_invalid_action_inside(endpoint):
+    j, script = endpoint([{"content": answer(1, 3)}] * 4)    # turn 2 of success 3: Nothing happens
+    res = j.propose(pivot_group(), 3)
+    assert res.reason_key == "invalid_action" and "turn 2" in res.reason
+
+
+def test_openai_repair_succeeds(endpoint):
+    j, script = endpoint([{"content": answer(3, 4)}, {"content": answer(3, 3)}])
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "repaired" and res.repairs == 1
+    assert (res.proposal.start_turn, res.proposal.end_turn) == (3, 3)
+    assert (res.prompt_tokens, res.completion_tokens) == (200, 20)
+
+
+def test_openai_tool_round_trip(endpoint):
+    text_call = ('<tool_call>{"name": "get_segment", "arguments": {"traj_id": 0, '
+                 '"start_turn": 3, "end_turn": 4}}</tool_call>')
+    j, script = endpoint([
+        {"content": None, "tool_calls": [("search_trajectory", {"query": "open door 1", "top_k": 3})]},
+        {"content": text_call},                 # a server without a tool parser
+        {"content": answer(2, 2)}])
+    g = pivot_group()
+    res = j.propose(g, 1)
+    assert res.status == "valid" and res.tool_calls == 2 and res.tool_errors == 0
+    tool_msg = script.requests[1]["messages"][-1]
+    assert tool_msg["role"] == "tool" and tool_msg["tool_call_id"] == "c0"
+    hits = json.loads(tool_msg["content"])["hits"]
+    assert {h["traj_id"] for h in hits} == {0, 2} and hits[0]["action"] == "open door 1"
+    seg = json.loads(script.requests[2]["messages"][-1]["content"])
+    assert seg["turns"][1]["observation"] == g[0].turns[4].obs
+    assert script.requests[2]["messages"][-2]["tool_calls"][0]["function"]["name"] == "get_segment"
+
+
+def test_openai_unknown_tool(endpoint):
+    j, script = endpoint([{"content": None, "tool_calls": [("run_python", {"code": "1"})]},
+                          {"content": answer(2, 2)}])
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "repaired" and res.tool_errors == 1
+    assert "unknown tool 'run_python'" in script.requests[1]["messages"][-1]["content"]
+
+
+def test_openai_oversized_tool_arguments(endpoint):
+    j, script = endpoint([{"content": None, "tool_calls": [("search_trajectory", {"query": "x" * 50_000})]},
+                          {"content": answer(2, 2)}])
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "repaired" and res.tool_errors == 1
+    reply = script.requests[1]["messages"][-1]["content"]
+    assert reply.startswith("error: arguments too large") and len(reply) < 200
+
+
+def test_openai_tool_round_cap(endpoint):
+    call = {"content": None, "tool_calls": [("search_trajectory", {"query": "door"})]}
+    j, script = endpoint([call] * 20)
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "dropped" and res.reason_key == "tool_rounds"
+    assert res.tool_calls == judge.MAX_TOOL_ROUNDS and len(script.requests) == judge.MAX_TOOL_ROUNDS + 1
+
+
+def test_openai_endpoint_timeout(endpoint):
+    j, script = endpoint([{"sleep": 1.0}] * 2, timeout=0.25)
+    t0 = time.time()
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "dropped" and res.reason_key == "endpoint timeout"
+    assert len(script.requests) == 2 and time.time() - t0 < 3       # 1 try + 1 retry
+
+
+def test_openai_http_500(endpoint):
+    j, script = endpoint([{"status": 500}] * 2)
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "dropped" and res.reason_key == "http 500" and len(script.requests) == 2
+
+
+def test_openai_retry_recovers_after_500(endpoint):
+    j, script = endpoint([{"status": 503}, {"content": answer(2, 2)}])
+    assert j.propose(pivot_group(), 1).status == "valid"
+
+
+def test_openai_connection_refused():
+    j = make_judge("openai", base_url="http://127.0.0.1:9/v1", model="m", retries=1, backoff=0.01,
+                   timeout=1.0)
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "dropped" and res.reason_key in ("connection error", "endpoint timeout")
+
+
+def test_openai_usage_missing_falls_back_to_estimate(endpoint):
+    j, _ = endpoint([{"content": answer(2, 2), "usage": False}])
+    res = j.propose(pivot_group(), 1)
+    assert res.prompt_tokens > 100 and res.completion_tokens == len(answer(2, 2).split())
+
+
+def test_openai_needs_url_and_model(monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("JUDGE_MODEL", raising=False)
+    with pytest.raises(ValueError, match="OPENAI_BASE_URL"):
+        make_judge("openai")
+
+
+# ---------------------------------------------------------------------------------------------
+# CriticSearch critique
+# ---------------------------------------------------------------------------------------------
+def test_builtin_critique_labels():
+    g = pivot_group()
+    c = make_judge("builtin").critique(g[1], None, group=g)
+    assert c.labels == [0.0, 0.0, 1.0, 0.0, 1.0]        # take key, unlock: no failure does them
+    c = make_judge("builtin").critique(g[0], None, group=g)
+    assert c.labels == [0.0, 0.0, -1.0, 0.0, -1.0, -1.0]  # close drawer; open door x2 (no-ops)
+    assert make_judge("builtin").critique(g[3]).labels[:3] == [-1.0, 0.0, -1.0]
+
+
+def test_openai_critique(endpoint):
+    g = pivot_group()
+    j, script = endpoint([{"content": "Looking back: [1, 1, 1, 0, 1]"},
+                          {"content": "The agent did well overall."},
+                          {"content": "[1, -1]"},
+                          {"status": 500}, {"status": 500}])
+    c = j.critique(g[1], "door opened")
+    assert c.status == "valid" and c.labels == [1.0, 1.0, 1.0, 0.0, 1.0] and c.prompt_tokens == 100
+    assert "Gold answer: door opened" in script.requests[0]["messages"][1]["content"]
+    assert "tools" not in script.requests[0]
+    for key in ("not_json", "wrong_length", "http 500"):
+        c = j.critique(g[1], None)
+        assert c.status == "dropped" and c.labels == [0.0] * 5 and c.reason.startswith(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# hf backend: a tiny random Qwen3 with a word-level ChatML tokenizer
+# ---------------------------------------------------------------------------------------------
+CHATML = (
+    "{%- if tools %}<|im_start|>system\n# Tools\n{% for t in tools %}{{ t | tojson }}\n"
+    "{% endfor %}<|im_end|>\n{% endif %}"
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content %}{{ m.content }}{% endif %}"
+    "{%- if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function | tojson }}"
+    "</tool_call>{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def tiny_hf(tmp_path):
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    g = pivot_group()
+    text = judge.build_system_prompt(g, 1) + judge.USER_KICKOFF + ' {"failure_mode": 1}'
+    words = sorted({w for w, _ in pre_tokenizers.Whitespace().pre_tokenize_str(text)})
+    special = ["[UNK]", "[PAD]", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
+    vocab = {w: i for i, w in enumerate(special + words)}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]",
+                                  eos_token="<|im_end|>", padding_side="left",
+                                  additional_special_tokens=special[2:], chat_template=CHATML)
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=len(vocab), hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=16, max_position_embeddings=8192, tie_word_embeddings=True,
+                      pad_token_id=vocab["[PAD]"], eos_token_id=vocab["<|im_end|>"])
+    model = Qwen3ForCausalLM(cfg)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    return str(tmp_path), g
+
+
+def test_hf_tiny_random_model_survives(tmp_path):
+    path, g = tiny_hf(tmp_path)
+    j = make_judge("hf", model=path, max_new_tokens=6)
+    res = j.propose(g, 1)
+    assert res.status in ("valid", "repaired", "dropped")
+    if res.status == "dropped":
+        assert res.reason                      # garbage in, a counted reason out
+    else:
+        assert validate_proposal({"failure_mode": "x", "start_turn": res.proposal.start_turn,
+                                  "end_turn": res.proposal.end_turn}, g, 1)[0] is not None
+    # real tokenizer counts: the first prompt alone is hundreds of tokens; <= 6 new per call
+    calls = 1 + res.repairs + res.tool_calls
+    assert res.prompt_tokens > 200 and 0 < res.completion_tokens <= 6 * (calls + 8)
+    # tool calls from earlier rounds are rendered by the model's own chat template
+    msgs = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c0", "type": "function", "function": {"name": "get_segment",
+                                                       "arguments": '{"traj_id": 0}'}}]},
+            {"role": "tool", "tool_call_id": "c0", "content": "error: x"}]
+    rendered = j.chat._render(msgs, judge.TOOLS)
+    assert '<tool_call>{"arguments": {"traj_id": 0}, "name": "get_segment"}</tool_call>' in rendered \
+        or '<tool_call>{"name": "get_segment", "arguments": {"traj_id": 0}}</tool_call>' in rendered
+    c = j.critique(g[1], None)
+    assert len(c.labels) == 5 and (c.status == "valid" or c.labels == [0.0] * 5)
+
+
+def test_hf_context_overflow_is_a_drop(tmp_path):
+    path, g = tiny_hf(tmp_path)
+    res = make_judge("hf", model=path, max_new_tokens=4, max_context=64).propose(g, 1)
+    assert res.status == "dropped" and res.reason_key == "context"
