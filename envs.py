@@ -195,6 +195,9 @@ class PivotEnv:
             self.done = True
         return obs, float(self.won and self.done), self.done, self._info()
 
+    def expert_action(self) -> str:
+        return "take key" if self.room == self.pivot and not self.key else "go forward"
+
     def snapshot(self) -> Any:
         return (self.room, self.key, self.steps, self.done, self.won, self.rng.bit_generator.state)
 

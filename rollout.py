@@ -1,11 +1,36 @@
 """Rollout: `Turn` / `Trajectory` records and batched multi-turn sampling.
 
-(Records first; the sampling loop follows below them.)
+Procedure (one call of `run_episodes`)
+--------------------------------------
+Every active episode is an `AgentState` (env snapshot + the agent's history). Each turn, for all
+active episodes at once:
+    1. build the prompt from the agent's view (verl-agent style: the user message is rebuilt every
+       turn from the task, the last `history_len` steps, the current observation and the admissible
+       actions) and wrap it with the model's chat template;
+    2. sample one response per episode from the generation backend (HF or vLLM), keeping the
+       sampled ids and their log-probs (the behaviour policy, for the PPO ratio);
+    3. parse `<action>…</action>` (a missing tag is an invalid-format step: the env still gets the
+       text, answers with its no-op, and the step counts), step the env, record a `Turn`.
+An episode stops when the env says done (win or the step limit). Starting from `env.reset(task)`
+and continuing from any restored `AgentState` are the same code path — which is what verification
+(ProVer) and the Monte-Carlo baselines (SPO) need: the continuation sees exactly the prompt and env
+state the original trajectory saw at that turn, and has the episode's *remaining* step budget.
+
+Row layout for training: one row per (trajectory, turn): prompt ids + action ids, with the loss
+mask on action ids only, so observation and prompt tokens never get credit.
+
+Costs: every generated token and env step is added to a `Counter` under its purpose
+(`rollout`, `eval`, `verify`, `judge`, ...) so methods are compared at measured cost.
 """
 from __future__ import annotations
 
+import copy
+import random
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
+
+from envs import Env, EnvSpec, PromptInput
 
 
 @dataclass
@@ -18,6 +43,7 @@ class AgentState:
     info: dict                        # env info at that point (task, admissible, ...)
     history: tuple                    # ((obs shown, action taken), ...) of earlier turns
     step: int                         # steps already taken
+    done: bool = False                # episode over (win or step limit)
 
 
 @dataclass
@@ -52,3 +78,109 @@ class Trajectory:
     @property
     def success(self) -> float:
         return float(self.won)
+
+
+@dataclass
+class Agent:
+    """How the policy talks to an env: backend + tokenizer + prompt style. One per run."""
+    gen: Any                          # HFGenerator / VLLMGenerator (generate(prompts, ...), sync(model))
+    tok: Any
+    spec: EnvSpec
+    compact: bool = True              # compact prompt (tiny policy) or the benchmark's chat prompt
+    history_len: int = 2
+    max_new_tokens: int = 24
+    max_prompt_tokens: int = 1536
+    counter: Counter = field(default_factory=Counter)
+
+    def prompt_ids(self, s: AgentState) -> list[int]:
+        from policy import encode_chat
+        view = PromptInput(task=s.info.get("task", ""), obs=s.obs,
+                           admissible=list(s.info.get("admissible") or []),
+                           history=list(s.history), step=s.step)
+        fn = self.spec.compact_prompt if self.compact else self.spec.chat_prompt
+        ids = encode_chat(self.tok, fn(view, self.history_len))
+        if len(ids) > self.max_prompt_tokens:   # keep the end (current obs + header); counted
+            self.counter["prompt_truncations"] += 1
+            ids = ids[-self.max_prompt_tokens:]
+        return ids
+
+
+def start_state(env: Env, task: int) -> AgentState:
+    obs, info = env.reset(task)
+    return AgentState(env.snapshot(), obs, info, (), 0)
+
+
+def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temperature: float,
+                 seed: int, purpose: str, keep_states: bool = True,
+                 progress: Callable[[int], None] | None = None
+                 ) -> tuple[list[list[Turn]], list[AgentState]]:
+    """Play one episode per (env, start) to the end; returns the turns of each and the final
+    states (whose `info` holds won/score). `envs[i]` is restored to `starts[i]` first, so the same
+    env objects can be reused for any start."""
+    assert len(envs) == len(starts)
+    states = list(starts)
+    for e, s in zip(envs, states):
+        e.restore(s.env_snap)
+    turns: list[list[Turn]] = [[] for _ in envs]
+    active = [i for i, (e, s) in enumerate(zip(envs, states)) if not s.done and s.step < e.max_steps]
+    rng = random.Random(seed)
+    while active:
+        prompts = [agent.prompt_ids(states[i]) for i in active]
+        samples = agent.gen.generate(prompts, agent.max_new_tokens, temperature, seed=rng.getrandbits(31))
+        agent.counter[f"tokens/{purpose}"] += sum(len(s.ids) for s in samples)
+        agent.counter[f"env_steps/{purpose}"] += len(active)
+        still = []
+        for i, p, smp in zip(active, prompts, samples):
+            s, env = states[i], envs[i]
+            text = agent.tok.decode(smp.ids, skip_special_tokens=True)
+            action, valid = agent.spec.parse(text)
+            obs, r, done, info = env.step(action)
+            turns[i].append(Turn(
+                t=len(turns[i]), obs=s.obs, admissible=list(s.info.get("admissible") or []),
+                text=text, action=action, valid=valid, next_obs=obs, reward=float(r), done=bool(done),
+                prompt_ids=p, action_ids=smp.ids, logprobs=smp.logprobs,
+                state=s if keep_states else None))
+            step = s.step + 1
+            done = done or step >= env.max_steps
+            states[i] = AgentState(env.snapshot() if keep_states else None, obs, info,
+                                   s.history + ((s.obs, action),), step, done)
+            if not done:
+                still.append(i)
+        if progress:
+            progress(len(active) - len(still))
+        active = still
+    return turns, states
+
+
+def make_trajectories(turns: list[list[Turn]], finals: list[AgentState], group_id: int, task: int,
+                      start_step: int = 0) -> list[Trajectory]:
+    return [Trajectory(traj_id=j, group_id=group_id, task=task, task_text=f.info.get("task", ""),
+                       task_type=f.info.get("task_type", ""), turns=ts,
+                       won=bool(f.info.get("won", False)), score=float(f.info.get("score", 0.0)),
+                       start_step=start_step)
+            for j, (ts, f) in enumerate(zip(turns, finals))]
+
+
+def rollout_groups(agent: Agent, envs: list[Env], tasks: list[int], G: int, temperature: float,
+                   seed: int, purpose: str = "rollout", keep_states: bool = True,
+                   progress=None) -> list[list[Trajectory]]:
+    """G episodes of each task (a GRPO group shares its task and initial state). `envs` must
+    hold at least len(tasks)*G envs of the right split."""
+    n = len(tasks) * G
+    assert len(envs) >= n, f"need {n} envs, got {len(envs)}"
+    starts = [start_state(envs[k * G + j], t) for k, t in enumerate(tasks) for j in range(G)]
+    turns, finals = run_episodes(agent, envs[:n], starts, temperature, seed, purpose, keep_states, progress)
+    return [make_trajectories(turns[k * G:(k + 1) * G], finals[k * G:(k + 1) * G], gid, t)
+            for gid, (k, t) in enumerate(zip(range(len(tasks)), tasks))]
+
+
+def continue_from(agent: Agent, envs: list[Env], start: AgentState, K: int, temperature: float,
+                  seed: int, purpose: str) -> list[AgentState]:
+    """K continuations of the current policy from one restored state (verification, SPO).
+    Returns the final states; `final.info['won']` / `['score']` are the outcomes. The step budget
+    is what the episode has left (`start.step` counts against `env.max_steps`)."""
+    assert len(envs) >= K
+    _, finals = run_episodes(agent, envs[:K], [start] * K, temperature, seed, purpose, keep_states=False)
+    return finals
+
+

@@ -264,3 +264,29 @@ def test_vocabulary_covers_all_text():
                     texts += [obs, *info["admissible"]]
                 missing = {t for s in texts for t in TOKEN_RE.findall(s)} - vocab
                 assert not missing, missing
+
+
+# -- backend selection (no alfworld import needed) -----------------------------------------------
+def test_backend_resolution_without_official_data(tmp_path):
+    import alfworld_tw
+    resolved, line = alfworld_tw.resolve_backend("auto", str(tmp_path))
+    assert resolved == "builtin" and str(tmp_path) in line and "alfworld-download" in line
+    assert "\n" not in line
+    with pytest.raises(FileNotFoundError, match="alfworld-download") as e:
+        alfworld_tw.resolve_backend("real", str(tmp_path))
+    assert str(tmp_path) in str(e.value)
+    with pytest.raises(FileNotFoundError):
+        H.make_alfworld(backend="real", data_dir=str(tmp_path))
+    env = H.make_alfworld("valid_unseen", backend="auto", data_dir=str(tmp_path))
+    assert isinstance(env, H.Household) and env.backend == "builtin" and env.backend_line == line
+    ok, msg = alfworld_tw.official_data_status(str(tmp_path))
+    assert not ok and str(tmp_path) in msg
+
+
+def test_envs_registry_builds_builtin_alfworld():
+    import envs
+    spec = envs.get_spec("alfworld")
+    assert spec.splits == H.SPLITS and spec.task_types == H.TASK_TYPES
+    env = envs.make_env("alfworld", split="valid_seen", seed=0)
+    obs, info = env.reset(139)
+    assert set(info) >= {"task", "task_type", "admissible", "won", "score"} and env.max_steps == 50

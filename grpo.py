@@ -1,0 +1,199 @@
+"""GRPO core: group advantages, per-token advantages, the PPO-clip loss and one policy update.
+
+Objective (token-mean aggregation, as verl / DAPO / Dr. GRPO recommend):
+
+    L(θ) = 1/|M| Σ_{(b,t)∈M} max(−A_bt·ρ_bt, −A_bt·clip(ρ_bt, 1−ε_low, 1+ε_high))  +  β·KL_k3
+    ρ_bt = exp(log π_θ(y_bt) − log π_old(y_bt)),   M = the policy's own (action) tokens
+
+Group advantage of trajectory i in a group of G rollouts of one task (outcome R_i ∈ {0, 1}):
+
+    A_i = R_i − mean_g R          (default; the ProVer paper's A^GRPO, "Dr. GRPO")
+    A_i = (R_i − mean_g R) / (std_g R + ε)     with --norm-std (std unbiased, as torch.std)
+
+and every action token of every turn of trajectory i gets A_i ("per-token broadcast"). Methods
+(ProVer, GiGPO, SPO, CriticSearch) change the per-turn scalar before broadcasting; the loss is
+the same for all of them.
+
+Letters used in shape comments: N = groups, G = group size, B = rows (one row per trajectory
+turn: prompt + that turn's action), T = padded row length.
+
+Deviations, numbered:
+ 1. Edge cases are explicit: an all-equal group gives A = 0; a singleton group (G = 1) also gives
+    A = 0 — verl returns the raw score there (mean 0, std 1), which silently turns GRPO into
+    REINFORCE without a baseline for those samples.
+ 2. The invalid-format penalty (verl-agent: 0.1) is subtracted from the offending turn's
+    advantage only, which is what subtracting it from that turn-row's score does in verl-agent.
+ 3. Rows whose advantage is exactly 0 carry no policy gradient; with `kl_coef == 0` they are
+    dropped before the forward pass (a large CPU saving: most groups are all-success or
+    all-failure). The token mean is then over the remaining rows' tokens.
+ 4. A non-finite loss or gradient skips the optimizer step (counted in metrics), so one bad
+    batch never reaches the weights or the checkpoint.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. advantages
+# ---------------------------------------------------------------------------------------------
+def group_advantages(R: torch.Tensor, norm_std: bool = False, eps: float = 1e-6) -> torch.Tensor:
+    """R: (N, G) outcomes → (N, G) advantages. Vectorised; see `group_advantages_loop`."""
+    N, G = R.shape
+    if G == 1:
+        return torch.zeros_like(R)                                   # deviation 1
+    A = R - R.mean(dim=1, keepdim=True)                              # (N, G)
+    if norm_std:
+        A = A / (R.std(dim=1, keepdim=True) + eps)                   # (N, G), unbiased std
+    return A
+
+
+def group_advantages_loop(R: list[list[float]], norm_std: bool = False, eps: float = 1e-6) -> list[list[float]]:
+    """Plain-Python reference for the tests."""
+    out = []
+    for g in R:
+        if len(g) == 1:
+            out.append([0.0])
+            continue
+        m = sum(g) / len(g)
+        sd = math.sqrt(sum((x - m) ** 2 for x in g) / (len(g) - 1))
+        out.append([(x - m) / (sd + eps) if norm_std else x - m for x in g])
+    return out
+
+
+def trajectory_advantages(groups, norm_std: bool = False, invalid_penalty: float = 0.1) -> list[list[list[float]]]:
+    """GRPO per-turn advantages for a list of groups of Trajectory: adv[g][i][t]."""
+    out = []
+    for grp in groups:
+        A = group_advantages(torch.tensor([[tr.success for tr in grp]], dtype=torch.float64), norm_std)[0]
+        out.append([[float(A[i]) - invalid_penalty * (not turn.valid) for turn in tr.turns]
+                    for i, tr in enumerate(grp)])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. rows → padded batch
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Row:
+    prompt_ids: list[int]
+    action_ids: list[int]
+    logprobs: list[float]        # behaviour-policy log-probs of action_ids
+    adv: float                   # the per-turn scalar, broadcast over the action tokens
+
+
+def rows_from(groups, adv) -> list[Row]:
+    return [Row(tn.prompt_ids, tn.action_ids, tn.logprobs, adv[g][i][t])
+            for g, grp in enumerate(groups) for i, tr in enumerate(grp) for t, tn in enumerate(tr.turns)
+            if tn.action_ids]
+
+
+def collate(rows: list[Row], pad_id: int):
+    """Right-padded batch. Position j of the *targets* (ids shifted by one) is trained iff it is
+    an action token. Returns ids (B, T), attn (B, T), mask (B, T-1), old (B, T-1), adv (B, T-1)."""
+    T = max(len(r.prompt_ids) + len(r.action_ids) for r in rows)
+    B = len(rows)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)                # (B, T)
+    attn = torch.zeros((B, T), dtype=torch.long)                      # (B, T)
+    mask = torch.zeros((B, T - 1))                                    # (B, T-1)
+    old = torch.zeros((B, T - 1))                                     # (B, T-1)
+    adv = torch.zeros((B, T - 1))                                     # (B, T-1)
+    for b, r in enumerate(rows):
+        P, A = len(r.prompt_ids), len(r.action_ids)
+        ids[b, :P + A] = torch.tensor(r.prompt_ids + r.action_ids)
+        attn[b, :P + A] = 1
+        # target at position j is ids[j+1]; action tokens are ids[P:P+A] → targets P-1 .. P+A-2
+        mask[b, P - 1:P + A - 1] = 1
+        old[b, P - 1:P + A - 1] = torch.tensor(r.logprobs[:A])
+        adv[b, P - 1:P + A - 1] = r.adv
+    return ids, attn, mask, old, adv
+
+
+def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log π(ids[:, j+1] | ids[:, :j+1]) for every position: (B, T-1). The temperature matches
+    the one used for sampling so ρ compares the same distributions."""
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()   # (B, T-1, V)
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    return torch.gather(F.log_softmax(logits, -1), -1, ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. loss
+# ---------------------------------------------------------------------------------------------
+def ppo_clip_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.2, ref_logp=None, kl_coef=0.0,
+                  denom: float | None = None):
+    """Token-sum of the PPO-clip (+ k3 KL) loss over `mask`, divided by `denom` (the number of
+    masked tokens in the *whole* batch, so micro-batches add up to the token mean). All (B, T-1)."""
+    ratio = torch.exp(torch.clamp(logp - old, -20, 20))                          # (B, T-1)
+    pg = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1 - clip_low, 1 + clip_high))
+    loss_tok = pg
+    kl = torch.zeros_like(pg)
+    if ref_logp is not None and kl_coef > 0:
+        # k3 estimator, "low_var_kl" (http://joschu.net/blog/kl-approx.html): e^d − d − 1, d = ref − θ
+        d = torch.clamp(ref_logp - logp, -20, 20)
+        kl = torch.clamp(torch.exp(d) - d - 1, -10, 10)                          # (B, T-1)
+        loss_tok = pg + kl_coef * kl
+    denom = denom if denom is not None else mask.sum().clamp(min=1)
+    loss = (loss_tok * mask).sum() / denom
+    with torch.no_grad():
+        clipped = ((ratio < 1 - clip_low) | (ratio > 1 + clip_high)).float()
+        stats = {"clipfrac": float((clipped * mask).sum()), "kl": float((kl * mask).sum()),
+                 "ratio": float((ratio * mask).sum())}
+    return loss, stats
+
+
+@dataclass
+class UpdateCfg:
+    lr: float = 1e-4
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+    micro_tokens: int = 8192       # padded tokens per forward pass (memory knob)
+
+
+def update(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=None) -> dict:
+    """One optimizer step on all rows (token-mean over the whole batch, gradient accumulation
+    over micro-batches). Returns metrics; `skipped` = 1 if the step was dropped (non-finite)."""
+    if cfg.kl_coef == 0:
+        rows = [r for r in rows if r.adv != 0.0]                     # deviation 3
+    if not rows:
+        return {"loss/pg": 0.0, "train/rows": 0, "train/skipped_nonfinite": 0, "train/grad_norm": 0.0}
+    rows = sorted(rows, key=lambda r: len(r.prompt_ids) + len(r.action_ids))
+    n_tok = sum(len(r.action_ids) for r in rows)
+    model.train()
+    opt.zero_grad(set_to_none=True)
+    total, agg = 0.0, {"clipfrac": 0.0, "kl": 0.0, "ratio": 0.0}
+    i = 0
+    while i < len(rows):
+        j = i + 1
+        while j < len(rows) and (j + 1 - i) * (len(rows[j].prompt_ids) + len(rows[j].action_ids)) <= cfg.micro_tokens:
+            j += 1
+        ids, attn, mask, old, adv = collate(rows[i:j], pad_id)
+        logp = token_logprobs(model, ids, attn, cfg.temperature)
+        ref = None
+        if ref_model is not None and cfg.kl_coef > 0:
+            with torch.no_grad():
+                ref = token_logprobs(ref_model, ids, attn, cfg.temperature)
+        loss, st = ppo_clip_loss(logp, old, adv, mask, cfg.clip_low, cfg.clip_high, ref, cfg.kl_coef, denom=n_tok)
+        loss.backward()
+        total += float(loss)
+        for k in agg:
+            agg[k] += st[k]
+        i = j
+    gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+    skipped = not (math.isfinite(total) and math.isfinite(float(gn)))
+    if skipped:
+        opt.zero_grad(set_to_none=True)                              # deviation 4
+    else:
+        opt.step()
+    return {"loss/pg": total, "train/rows": len(rows), "train/tokens_trained": n_tok,
+            "train/clipfrac": agg["clipfrac"] / n_tok, "train/kl": agg["kl"] / n_tok,
+            "train/ratio": agg["ratio"] / n_tok, "train/grad_norm": float(gn),
+            "train/skipped_nonfinite": int(skipped)}

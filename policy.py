@@ -1,0 +1,325 @@
+"""Policy set-up: load any Hugging Face chat model, or build the tiny offline policy and warm-start it.
+
+Two ways to get a policy, one code path afterwards
+--------------------------------------------------
+* `--model PATH_OR_ID`: any HF causal LM with its tokenizer and chat template.
+* no `--model` (the laptop default): nothing can be downloaded, so we *build* a chat model locally:
+    1. a word-level tokenizer over the env's closed vocabulary. Text is split by
+       `TOKEN_RE` = optional leading space + (a letter run | one digit | one other character), and
+       newlines/other whitespace are tokens of their own, so decode(encode(text)) == text for all
+       env text (no `<unk>`; digits are single tokens so "drawer 17" and "$12.99" need no number
+       vocabulary). A ChatML chat template (`<|im_start|>user ... <|im_end|>`) makes it a chat model.
+    2. a small Qwen3-architecture model (random init, local config),
+    3. behaviour cloning on the simulator's expert with epsilon-random detours (DAgger-style labels:
+       the expert's action at states the noisy policy actually visits), stopped early on purpose so
+       the policy starts imperfect (~20–50% held-out success) and RL has something to do.
+  The result is saved as an ordinary HF folder (AutoModelForCausalLM / AutoTokenizer load it) under
+  a cache dir keyed by env + config, so a second run skips the warm start.
+
+Everything downstream (prompts via `apply_chat_template`, generation, log-probs) is the same code
+as for a real model. `HFGenerator` is the transformers generation backend used by rollout.py.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+TOKEN_RE = r" ?[A-Za-z]+| ?[0-9]| ?[^A-Za-z0-9\s]|\n|\s"
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
+# Markup the agents write; added as whole tokens so the tiny model emits them in one step.
+MARKUP = ["<action>", "</action>", "<think>", "</think>", "<search>", "</search>",
+          "<answer>", "</answer>", "<information>", "</information>"]
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
+          " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+          "{% endif %}")
+BC_VERSION = 3  # bump when the warm-start recipe changes so stale caches are not reused
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. tokenizer
+# ---------------------------------------------------------------------------------------------
+def build_tokenizer(texts: list[str]):
+    """Closed word-level tokenizer covering every token of `texts` (+ printable ASCII fallbacks)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words: set[str] = set()
+    for t in list(texts) + ["user assistant system"]:
+        for w in re.findall(r"[A-Za-z]+|[0-9]|[^A-Za-z0-9\s]", t):
+            words.add(w)
+    words |= {chr(c) for c in range(33, 127) if not chr(c).isalpha()}  # every punctuation/digit
+    vocab: dict[str, int] = {}
+    for s in SPECIAL + MARKUP + ["\n", " ", "\t"]:
+        vocab.setdefault(s, len(vocab))
+    for w in sorted(words):
+        vocab.setdefault(w, len(vocab))
+        vocab.setdefault(" " + w, len(vocab))
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(TOKEN_RE), behavior="isolated")
+    tk.decoder = decoders.Fuse()  # tokens carry their own spaces: concatenate them back
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        unk_token="<unk>", padding_side="left", additional_special_tokens=["<|im_start|>"])
+    tok.add_tokens(MARKUP)  # already in the vocab: registers them as atomic (not split by the regex)
+    tok.chat_template = CHATML
+    return tok
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. tiny Qwen3 model
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class TinyConfig:
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 384
+    max_positions: int = 2048
+
+
+def build_tiny_model(vocab_size: int, cfg: TinyConfig, seed: int):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    torch.manual_seed(seed)
+    conf = Qwen3Config(
+        vocab_size=vocab_size, hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
+        head_dim=cfg.hidden // cfg.heads, intermediate_size=cfg.intermediate,
+        max_position_embeddings=cfg.max_positions, tie_word_embeddings=True, rope_theta=10000.0,
+        bos_token_id=None, eos_token_id=2, pad_token_id=0)
+    return Qwen3ForCausalLM(conf)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. loading a real model / the cached tiny one
+# ---------------------------------------------------------------------------------------------
+def load_hf(path: str, dtype=torch.float32):
+    """Load a HF model + tokenizer; one clear error if the path/id does not resolve."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    if not os.path.isdir(path) and (path.startswith((".", "/", "~")) or os.sep in path.strip("/").split("/", 1)[-1]):
+        raise FileNotFoundError(f"--model {path!r}: no such directory")
+    try:
+        tok = AutoTokenizer.from_pretrained(path, padding_side="left")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except OSError as e:  # hub id not cached / offline / missing files
+        raise FileNotFoundError(f"--model {path!r}: cannot load ({str(e).splitlines()[0]})") from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    if tok.chat_template is None:
+        raise ValueError(f"--model {path!r}: tokenizer has no chat template; use an instruct/chat model")
+    return model, tok
+
+
+def stop_ids(tok) -> list[int]:
+    ids = {tok.eos_token_id}
+    for s in ("<|im_end|>", "<|endoftext|>"):
+        i = tok.convert_tokens_to_ids(s)
+        if isinstance(i, int) and i != tok.unk_token_id and i is not None:
+            ids.add(i)
+    return sorted(i for i in ids if i is not None)
+
+
+def encode_chat(tok, user: str) -> list[int]:
+    """Prompt ids of one user message + the assistant header (the same call for every model)."""
+    s = tok.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                add_generation_prompt=True)
+    return tok(s, add_special_tokens=False)["input_ids"]
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. generation backend (transformers): batched sampling with KV cache and exact log-probs
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Sample:
+    ids: list[int]        # generated ids, including the stop token if generation stopped on it
+    logprobs: list[float]  # log softmax(logits / T) of each sampled id (the behaviour policy)
+
+
+class HFGenerator:
+    """Left-padded batched sampling. We write the loop ourselves (not `model.generate`) so the
+    returned log-probs are exactly those of the distribution we sampled from (no hidden top-k /
+    top-p defaults), and so sampling is seeded per call."""
+
+    def __init__(self, model, tok, max_batch: int = 64):
+        self.model, self.tok, self.max_batch = model, tok, max_batch
+        self.stop = torch.tensor(stop_ids(tok))
+        self.pad = tok.pad_token_id
+
+    def sync(self, model) -> None:  # same object: nothing to push
+        self.model = model
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float,
+                 seed: int | None = None) -> list[Sample]:
+        out: list[Sample] = []
+        g = torch.Generator().manual_seed(seed if seed is not None else random.getrandbits(31))
+        for i in range(0, len(prompts), self.max_batch):
+            out += self._generate(prompts[i:i + self.max_batch], max_new_tokens, temperature, g)
+        return out
+
+    def _generate(self, prompts, max_new, temperature, g) -> list[Sample]:
+        was_training = self.model.training
+        self.model.eval()
+        B, L = len(prompts), max(len(p) for p in prompts)
+        ids = torch.full((B, L), self.pad, dtype=torch.long)                 # (B, L) left-padded
+        mask = torch.zeros((B, L), dtype=torch.long)
+        for b, p in enumerate(prompts):
+            ids[b, L - len(p):], mask[b, L - len(p):] = torch.tensor(p), 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)                             # (B, L)
+        res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        past, logits = res.past_key_values, res.logits[:, -1]                # (B, V)
+        gen = torch.full((B, max_new), self.pad, dtype=torch.long)           # (B, N)
+        lps = torch.zeros((B, max_new))
+        done = torch.zeros(B, dtype=torch.bool)
+        n = 0
+        for n in range(1, max_new + 1):
+            if temperature > 0:
+                logp = F.log_softmax(logits.float() / temperature, -1)
+                tok = torch.multinomial(logp.exp(), 1, generator=g).squeeze(-1)  # (B,)
+            else:
+                logp = F.log_softmax(logits.float(), -1)
+                tok = logp.argmax(-1)
+            tok = torch.where(done, torch.full_like(tok, self.pad), tok)
+            gen[:, n - 1], lps[:, n - 1] = tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+            done |= torch.isin(tok, self.stop)
+            if bool(done.all()) or n == max_new:
+                break
+            mask = torch.cat([mask, torch.ones((B, 1), dtype=torch.long)], -1)       # (B, L+n)
+            pos = pos[:, -1:] + 1
+            res = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos,
+                             past_key_values=past, use_cache=True)
+            past, logits = res.past_key_values, res.logits[:, -1]
+        self.model.train(was_training)
+        samples = []
+        for b in range(B):
+            row = gen[b, :n].tolist()
+            k = next((j + 1 for j, t in enumerate(row) if t in self.stop.tolist()), n)
+            samples.append(Sample(row[:k], lps[b, :k].tolist()))
+        return samples
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. behaviour-cloning warm start of the tiny policy (cached)
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class BCConfig:
+    episodes: int = 400           # noisy expert episodes to collect
+    epsilon: float = 0.3          # chance of a random admissible action instead of the expert's
+    steps: int = 300              # optimizer steps (few on purpose: the policy should start imperfect)
+    batch: int = 64
+    lr: float = 2e-3
+
+
+def response_text(action: str) -> str:
+    return f"<action>{action}</action>"
+
+
+def collect_demos(spec, env_kwargs: dict, agent_fmt, bc: BCConfig, seed: int):
+    """(prompt ids, target ids) pairs: the expert's next action at every state that an
+    ε-noisy expert visits. `agent_fmt(state) -> prompt ids` is the rollout's own prompt builder,
+    so the warm start sees exactly the prompts RL will use."""
+    from tqdm import tqdm
+    from rollout import AgentState
+    rng = random.Random(seed)
+    env = spec.make(split=spec.splits[0], seed=seed, **env_kwargs)
+    eos = agent_fmt.tok.eos_token
+    data = []
+    for ep in tqdm(range(bc.episodes), desc="warm start: expert demos", leave=False, mininterval=1):
+        obs, info = env.reset(10_000_000 + ep)  # far from RL's training task indices
+        s = AgentState(None, obs, info, (), 0)
+        for _ in range(env.max_steps):
+            a_star = env.expert_action()
+            tgt = agent_fmt.tok(response_text(a_star) + eos, add_special_tokens=False)["input_ids"]
+            data.append((agent_fmt.prompt_ids(s), tgt))
+            adm = [a for a in (s.info.get("admissible") or []) if a not in ("help", "look", "inventory")]
+            a = rng.choice(adm) if adm and rng.random() < bc.epsilon else a_star
+            obs, r, done, info = env.step(a)
+            s = AgentState(None, obs, info, s.history + ((s.obs, a),), s.step + 1)
+            if done:
+                break
+    return data
+
+
+def bc_train(model, data, bc: BCConfig, pad_id: int, seed: int) -> list[float]:
+    """Cross-entropy on the response tokens only (prompt tokens masked)."""
+    from tqdm import tqdm
+    g = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=bc.lr, weight_decay=0.0)
+    model.train()
+    losses = []
+    bar = tqdm(range(bc.steps), desc="warm start: behaviour cloning", mininterval=1)
+    for step in bar:
+        batch = [data[g.randrange(len(data))] for _ in range(bc.batch)]
+        T = max(len(p) + len(t) for p, t in batch)
+        ids = torch.full((len(batch), T), pad_id, dtype=torch.long)      # (B, T) right-padded
+        attn = torch.zeros_like(ids)
+        labels = torch.full_like(ids, -100)                               # -100 = ignored
+        for b, (p, t) in enumerate(batch):
+            ids[b, :len(p) + len(t)] = torch.tensor(p + t)
+            attn[b, :len(p) + len(t)] = 1
+            labels[b, len(p):len(p) + len(t)] = torch.tensor(t)
+        lr = bc.lr * min(1.0, (step + 1) / 20)                            # short warm-up
+        for gr in opt.param_groups:
+            gr["lr"] = lr
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    return losses
+
+
+def template_texts(spec) -> list[str]:
+    """The fixed words of the env's prompt templates (both styles), rendered with a dummy view."""
+    from envs import PromptInput
+    v = PromptInput(task="x", obs="y", admissible=["z"], history=[("a", "b")], step=1)
+    v0 = PromptInput(task="x", obs="y", admissible=["z"], history=[], step=0)
+    return [f(w, 2) for f in (spec.compact_prompt, spec.chat_prompt) for w in (v, v0)]
+
+
+def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: int, cache_dir: str,
+                history_len: int, log=print):
+    """Build (or load from cache) the warm-started tiny policy; returns (model, tok, folder)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    key = json.dumps({"env": spec.name, "env_kwargs": env_kwargs, "tiny": asdict(tiny), "bc": asdict(bc),
+                      "seed": seed, "history_len": history_len, "v": BC_VERSION}, sort_keys=True)
+    folder = os.path.join(os.path.expanduser(cache_dir), f"tiny-{spec.name}-{hashlib.sha1(key.encode()).hexdigest()[:12]}")
+    if os.path.exists(os.path.join(folder, "done.json")):
+        log(f"tiny policy: cached warm start at {folder}")
+        tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), tok, folder
+    t0 = time.time()
+    log(f"tiny policy: building tokenizer + Qwen3 model and behaviour cloning ({bc.episodes} noisy expert "
+        f"episodes, {bc.steps} steps); cached at {folder}")
+    tok = build_tokenizer(spec.vocabulary() + template_texts(spec))
+    model = build_tiny_model(len(tok), tiny, seed)
+    from rollout import Agent
+    fmt = Agent(gen=None, tok=tok, spec=spec, compact=True, history_len=history_len)
+    data = collect_demos(spec, env_kwargs, fmt, bc, seed)
+    unk = sum(t == tok.unk_token_id for p, tg in data for t in p + tg)
+    if unk:
+        log(f"tiny policy: warning: {unk} <unk> tokens in the demonstrations (vocabulary gap)")
+    losses = bc_train(model, data, bc, tok.pad_token_id, seed)
+    tmp = folder + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    with open(os.path.join(tmp, "done.json"), "w") as f:
+        json.dump({"key": json.loads(key), "demos": len(data), "final_loss": losses[-1],
+                   "seconds": time.time() - t0}, f, indent=1)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)  # atomic: a half-written cache is never picked up
+    log(f"tiny policy: warm start done in {time.time() - t0:.0f}s ({len(data)} demo steps, final loss {losses[-1]:.3f})")
+    tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), tok, folder

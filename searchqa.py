@@ -1,0 +1,602 @@
+"""SearchQA, built in: multi-hop questions over a fictional knowledge base, Search-R1's interaction
+format, a BM25 index, a Search-R1-compatible retrieval server and its HTTP client.
+
+What this implements (facts from shared/reference/webshop_searchqa.md §B; our code)
+-------------------------------------------------------------------------------------
+* A fictional KB (~300 entities: people, cities, countries, companies, films) with random
+  relations, one document per entity in wiki-18's format `contents = '"' + title + '"\\n' + text`,
+  and 2-hop questions of 6 kinds (the task types), e.g. "Where was the founder of Quorvex Labs
+  born?" (company -> founder -> birthplace). Names come from fixed word lists but the relations
+  are drawn from the seed, so the answer cannot be guessed: it takes two searches.
+* Search-R1's loop (`generation.py`): the first `<(search|answer)>(.*?)</\\1>` of an action is
+  executed. search -> observation "\\n\\n<information>{docs}</information>\\n\\n" with the top-3
+  documents as "Doc {i}(Title: {first line of contents}) {rest}\\n"; answer -> episode ends with
+  reward EM; anything else -> Search-R1's "My previous action is invalid. ..." message.
+  4 turns by default (the paper's max_turns); no answer by then = reward 0.
+* Exact match (`qa_em.py`): lowercase -> delete string.punctuation -> \\b(a|an|the)\\b to a space ->
+  collapse whitespace; EM = 1 if the normalised prediction equals any normalised gold answer; on a
+  whole response the prediction is the LAST <answer>...</answer>.
+* A retrieval server compatible with Search-R1's (`POST /retrieve`, request
+  {"queries": [str], "topk": int|null, "return_scores": bool} -> {"result": [[{"document":
+  {"id", "contents", "title", "text"}, "score": float}, ...] per query]}, bare documents without
+  scores; verl-agent's single {"query": str} is accepted too), standard library only
+  (ThreadingHTTPServer), bound to 127.0.0.1 by default. Bad requests get 4xx + {"error": ...}.
+* `SearchClient` for any such server (e.g. Search-R1's E5/wiki-18 server): timeouts, bounded
+  retries on connection errors and 5xx, a clear error when unreachable.
+* `backend="real"`: the client against $SEARCH_URL (default http://127.0.0.1:8000/retrieve) plus
+  QA data from a jsonl/parquet file with `question` and `golden_answers` (FlashRAG format).
+
+What it simplifies
+------------------
+* BM25 (bm25s, our own lowercase alphanumeric tokenizer, no stemming) instead of E5 dense
+  retrieval over wiki-18; queries are cut to 1,000 characters (E5 truncates at 256 tokens).
+* The built-in KB is small and templated; questions are only 2-hop "compositional" ones.
+* The train split cycles through its question pool (index modulo pool size); test is fixed (200).
+
+Run: `python searchqa.py serve --port 8000` (built-in corpus; `--corpus file.jsonl` for your own
+{"id", "contents"} corpus); tests: `python -m pytest -q tests/test_searchqa.py`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import string
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+import envs
+
+# ---------------------------------------------------------------------------------------------
+# Fixed name lists (seed-independent, so vocabulary() is finite; relations are what is random)
+# ---------------------------------------------------------------------------------------------
+FIRST = ["Ardel", "Brisa", "Corvin", "Dalia", "Emrys", "Fenna", "Galen", "Hesper", "Ilsa", "Joren",
+         "Kaela", "Lorcan", "Mirela", "Nestor", "Orla", "Perrin", "Quilla", "Rowan", "Sabine", "Tamsin",
+         "Ulric", "Vesna", "Wendel", "Xaria", "Yorick", "Zelda", "Alaric", "Bettina", "Cassian", "Delphine"]
+LAST = ["Voss", "Harrow", "Kettleby", "Marchetti", "Osterlund", "Pellworth", "Quint", "Ravensdale",
+        "Strand", "Thorne", "Ulvaeus", "Varga", "Whitlock", "Ysander", "Zorn", "Abernath", "Brackley",
+        "Castellan", "Dunmore", "Eskildsen", "Fairbrook", "Grayling", "Holloway", "Ingram", "Jessup",
+        "Kirkland", "Lindqvist", "Merriweather", "Northcott", "Orsini"]
+CITIES = ["Drassa", "Velmora", "Kessington", "Orvane", "Talreth", "Brinmoor", "Caldera Rock", "Eastmere",
+          "Fallowdeep", "Gorsica", "Halvik", "Ironbay", "Juniper Falls", "Korvath", "Lunthorpe", "Marrowick",
+          "Nettlecombe", "Ostwick", "Pelaro", "Quarry Hill", "Rivenlow", "Saltmarch", "Tyrnau", "Umbrell",
+          "Vantrell", "Westerhold", "Yarrowby", "Zennor Bay", "Ashgrove", "Brightwater",
+          "Coldharbour", "Dunmarsh", "Elderfield", "Frostholm", "Glimmerdale", "Hollowmere",
+          "Ivybridge", "Kingsreach", "Larkspur", "Mistral Point"]
+COUNTRIES = ["Arvenia", "Belastra", "Corundia", "Dravonia", "Estmark", "Fellandria", "Galvoria",
+             "Hesperin", "Istoria", "Jorvania", "Kestrelia", "Lunaris"]
+COMPANY_STEMS = ["Quorvex", "Altima", "Brightforge", "Cindral", "Dynamo", "Everlink", "Ferrovia",
+                 "Glintwell", "Helixa", "Ionara", "Jadestone", "Kinetra", "Lumora", "Meridian",
+                 "Nordhaven", "Omnivale", "Pyxis", "Quillon", "Runeworks", "Solvane"]
+COMPANY_SUFFIX = ["Labs", "Systems", "Foods", "Motors", "Media"]
+FILM_ADJ = ["Silent", "Crimson", "Hollow", "Endless", "Broken", "Golden", "Frozen", "Distant",
+            "Burning", "Quiet", "Wandering", "Velvet"]
+FILM_NOUN = ["Harbor", "Lantern", "Orchard", "Meridian", "Tide", "Archive", "Compass", "Garden",
+             "Signal", "Voyage", "Citadel", "Echo"]
+PROFESSIONS = ["painter", "engineer", "novelist", "chemist", "architect", "violinist", "economist",
+               "photographer", "surgeon", "historian"]
+INDUSTRIES = ["software", "shipping", "food", "energy", "textile", "aerospace", "media", "mining"]
+GENRES = ["drama", "comedy", "thriller", "documentary", "western", "musical"]
+
+# question kind -> (template, anchor entity type); each needs two lookups (anchor doc, bridge doc)
+QUESTIONS = {
+    "founder_birthplace": ("Where was the founder of {x} born?", "company"),
+    "hq_country": ("In which country is {x} headquartered?", "company"),
+    "director_employer": ("Which company does the director of {x} work for?", "film"),
+    "director_birthplace": ("In which city was the director of {x} born?", "film"),
+    "birth_country": ("In which country was {x} born?", "person"),
+    "employer_founder": ("Who founded the company that {x} works for?", "person"),
+}
+TASK_TYPES = tuple(QUESTIONS)
+MAX_QUERY_CHARS = 1000          # env-side cut of search queries (and the server's 4xx limit below)
+INVALID = ("\nMy previous action is invalid. If I want to search, I should put the query between <search> "
+           "and </search>. If I want to give the final answer, I should put the answer between <answer> "
+           "and </answer>. Let me try again.\n")
+PREFIX = ("Answer the given question. You must conduct reasoning inside <think> and </think> first every "
+          "time you get new information. After reasoning, if you find you lack some knowledge, you can call "
+          "a search engine by <search> query </search> and it will return the top searched results between "
+          "<information> and </information>. You can search as many times as your want. If you find no "
+          "further external knowledge needed, you can directly provide the answer inside <answer> and "
+          "</answer>, without detailed illustrations. For example, <answer> Beijing </answer>. "
+          "Question: {question}\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact match (Search-R1 qa_em.py)
+# ---------------------------------------------------------------------------------------------
+def normalize_answer(s: str) -> str:
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def em(prediction: str, golds: list[str]) -> float:
+    p = normalize_answer(prediction)
+    return float(any(p == normalize_answer(g) for g in golds))
+
+
+def em_response(response: str, golds: list[str]) -> float:
+    """EM of a whole response: the LAST <answer>...</answer> is the prediction (0 if none)."""
+    m = re.findall(r"<answer>(.*?)</answer>", response, re.DOTALL)
+    return em(m[-1].strip(), golds) if m else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# The fictional KB and its corpus
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Question:
+    question: str
+    golden_answers: list[str]
+    kind: str                       # task type
+    hops: tuple[str, str] = ("", "")   # (anchor doc title, bridge doc title): what the expert searches
+
+
+def build_kb(seed: int = 0, n_people: int = 120, n_companies: int = 60, n_films: int = 60):
+    """-> (docs [{"id", "contents"}], questions [Question]). Deterministic in the arguments."""
+    rng = np.random.default_rng([seed, 77])
+    pick = lambda seq: seq[int(rng.integers(len(seq)))]  # noqa: E731
+    people = [f"{FIRST[i // len(LAST)]} {LAST[i % len(LAST)]}"
+              for i in rng.choice(len(FIRST) * len(LAST), size=n_people, replace=False)]
+    companies = [f"{COMPANY_STEMS[i // len(COMPANY_SUFFIX)]} {COMPANY_SUFFIX[i % len(COMPANY_SUFFIX)]}"
+                 for i in rng.choice(len(COMPANY_STEMS) * len(COMPANY_SUFFIX), size=n_companies, replace=False)]
+    films = [f"The {FILM_ADJ[i // len(FILM_NOUN)]} {FILM_NOUN[i % len(FILM_NOUN)]}"
+             for i in rng.choice(len(FILM_ADJ) * len(FILM_NOUN), size=n_films, replace=False)]
+    country_of = {c: pick(COUNTRIES) for c in CITIES}
+    born = {p: pick(CITIES) for p in people}
+    works = {p: pick(companies) for p in people}
+    founder = {c: pick(people) for c in companies}
+    hq = {c: pick(CITIES) for c in companies}
+    director = {f: pick(people) for f in films}
+    docs = []
+
+    def add(title: str, text: str):
+        docs.append({"id": str(len(docs)), "contents": f'"{title}"\n{text}'})
+
+    for p in people:
+        add(p, f"{p} is a {pick(PROFESSIONS)} who was born in {born[p]}. {p} works for {works[p]}.")
+    for c in CITIES:
+        add(c, f"{c} is a city in {country_of[c]}. {c} has about {int(rng.integers(2, 10))}0 thousand inhabitants.")
+    for k in COUNTRIES:
+        caps = [c for c in CITIES if country_of[c] == k]
+        add(k, f"{k} is a country." + (f" Its largest city is {caps[0]}." if caps else ""))
+    for c in companies:
+        add(c, f"{c} is a {pick(INDUSTRIES)} company founded by {founder[c]} in 19{int(rng.integers(10, 100))}. "
+               f"{c} is headquartered in {hq[c]}.")
+    for f in films:
+        add(f, f"{f} is a 19{int(rng.integers(10, 100))} {pick(GENRES)} film directed by {director[f]}.")
+    qs = []
+    for c in companies:
+        qs.append(Question(QUESTIONS["founder_birthplace"][0].format(x=c), [born[founder[c]]], "founder_birthplace", (c, founder[c])))
+        qs.append(Question(QUESTIONS["hq_country"][0].format(x=c), [country_of[hq[c]]], "hq_country", (c, hq[c])))
+    for f in films:
+        qs.append(Question(QUESTIONS["director_employer"][0].format(x=f), [works[director[f]]], "director_employer", (f, director[f])))
+        qs.append(Question(QUESTIONS["director_birthplace"][0].format(x=f), [born[director[f]]], "director_birthplace", (f, director[f])))
+    for p in people:
+        qs.append(Question(QUESTIONS["birth_country"][0].format(x=p), [country_of[born[p]]], "birth_country", (p, born[p])))
+        qs.append(Question(QUESTIONS["employer_founder"][0].format(x=p), [founder[works[p]]], "employer_founder", (p, works[p])))
+    return docs, qs
+
+
+# ---------------------------------------------------------------------------------------------
+# BM25 index (bm25s) and Search-R1's passage formatting
+# ---------------------------------------------------------------------------------------------
+def _terms(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+class BM25Index:
+    """BM25 over {"id", "contents"} documents. Thread-safe (the server answers from threads)."""
+
+    def __init__(self, docs: list[dict]):
+        import bm25s
+        self.docs = docs
+        self.bm25 = bm25s.BM25()
+        self.bm25.index([_terms(d["contents"]) for d in docs], show_progress=False)
+        self.lock = threading.Lock()
+        self.title_id = {d["contents"].split("\n", 1)[0].strip('"'): i for i, d in enumerate(docs)}
+
+    def search(self, query: str, topk: int = 3) -> list[tuple[dict, float]]:
+        """Top-k (document, score) with positive score, best first; ties by corpus order."""
+        known = [t for t in _terms(query[:MAX_QUERY_CHARS]) if t in self.bm25.vocab_dict]
+        if not known or topk <= 0:
+            return []
+        with self.lock:
+            s = np.asarray(self.bm25.get_scores(known))
+        order = np.argsort(-s, kind="stable")[:topk]
+        return [(self.docs[i], float(s[i])) for i in order if s[i] > 0]
+
+
+def passages_to_string(docs: list[dict]) -> str:
+    """Search-R1's `_passages2string`: title = first line of contents (quotes kept)."""
+    out = ""
+    for i, d in enumerate(docs):
+        title, _, text = d["contents"].partition("\n")
+        out += f"Doc {i + 1}(Title: {title}) {text}\n"
+    return out
+
+
+def information(docs: list[dict]) -> str:
+    return f"\n\n<information>{passages_to_string(docs).strip()}</information>\n\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Retrieval server (Search-R1 compatible, standard library only)
+# ---------------------------------------------------------------------------------------------
+MAX_BODY = 1 << 20            # 1 MiB request body
+MAX_QUERIES = 64              # queries per request
+MAX_TOPK = 100
+
+
+class _BadRequest(Exception):
+    def __init__(self, code: int, msg: str):
+        super().__init__(msg)
+        self.code = code
+
+
+def _parse_request(raw: bytes) -> tuple[list[str], int, bool]:
+    """Validate a /retrieve body -> (queries, topk, return_scores), or raise _BadRequest(4xx)."""
+    try:
+        req = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _BadRequest(400, f"malformed JSON: {e}")
+    if not isinstance(req, dict):
+        raise _BadRequest(400, "body must be a JSON object")
+    if "queries" in req:
+        queries = req["queries"]
+    elif "query" in req:             # verl-agent's client sends one query
+        queries = [req["query"]]
+    else:
+        raise _BadRequest(400, "missing field 'queries'")
+    if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
+        raise _BadRequest(400, "'queries' must be a list of strings")
+    if len(queries) > MAX_QUERIES:
+        raise _BadRequest(413, f"too many queries ({len(queries)} > {MAX_QUERIES})")
+    if any(len(q) > MAX_QUERY_CHARS for q in queries):
+        raise _BadRequest(413, f"query longer than {MAX_QUERY_CHARS} characters")
+    topk = req.get("topk", 3)
+    topk = 3 if topk is None else topk
+    if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= MAX_TOPK:
+        raise _BadRequest(400, f"'topk' must be an integer in [1, {MAX_TOPK}] or null")
+    rs = req.get("return_scores", False)
+    if not isinstance(rs, bool):
+        raise _BadRequest(400, "'return_scores' must be a boolean")
+    return queries, topk, rs
+
+
+def _doc_out(d: dict) -> dict:
+    title, _, text = d["contents"].partition("\n")
+    return {"id": d["id"], "contents": d["contents"], "title": title.strip('"'), "text": text}
+
+
+def make_handler(index: BM25Index, verbose: bool = False):
+    class Handler(BaseHTTPRequestHandler):
+        timeout = 10                 # a stalled client only ties up its own thread, briefly
+
+        def _send(self, code: int, obj: dict):
+            body = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path.rstrip("/") == "/health":
+                self._send(200, {"status": "ok", "documents": len(index.docs)})
+            else:
+                self._send(405 if self.path.rstrip("/") == "/retrieve" else 404, {"error": "use POST /retrieve"})
+
+        def do_POST(self):
+            try:
+                if self.path.rstrip("/") != "/retrieve":
+                    raise _BadRequest(404, f"unknown path {self.path!r}; use POST /retrieve")
+                try:
+                    n = int(self.headers.get("Content-Length", ""))
+                except ValueError:
+                    raise _BadRequest(411, "Content-Length required")
+                if n < 0 or n > MAX_BODY:
+                    # Drain a moderately oversized body so the client can read our 413 (closing on
+                    # unread data resets the connection); beyond 16x the limit just hang up.
+                    self.close_connection = True
+                    left = n if 0 < n <= 16 * MAX_BODY else 0
+                    while left > 0:
+                        chunk = self.rfile.read(min(left, 1 << 16))
+                        if not chunk:
+                            break
+                        left -= len(chunk)
+                    raise _BadRequest(413, f"body larger than {MAX_BODY} bytes")
+                queries, topk, rs = _parse_request(self.rfile.read(n))
+            except _BadRequest as e:
+                return self._send(e.code, {"error": str(e)})
+            except (socket.timeout, ConnectionError):
+                return
+            try:
+                result = [[{"document": _doc_out(d), "score": s} if rs else _doc_out(d)
+                           for d, s in index.search(q, topk)] for q in queries]
+            except Exception as e:  # a retrieval bug is a 500 for this request, not a dead server
+                return self._send(500, {"error": f"retrieval failed: {e!r}"})
+            self._send(200, {"result": result})
+
+        def log_message(self, fmt, *args):
+            if verbose:
+                super().log_message(fmt, *args)
+
+    return Handler
+
+
+def start_server(index: BM25Index, host: str = "127.0.0.1", port: int = 0, verbose: bool = False):
+    """Serve in a daemon thread -> (server, url). port=0 picks a free port; server.shutdown() stops."""
+    srv = ThreadingHTTPServer((host, port), make_handler(index, verbose))
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://{host}:{srv.server_address[1]}/retrieve"
+
+
+# ---------------------------------------------------------------------------------------------
+# Client for any Search-R1-compatible server
+# ---------------------------------------------------------------------------------------------
+class SearchClient:
+    def __init__(self, url: str | None = None, timeout: float = 10.0, retries: int = 3, backoff: float = 0.5):
+        self.url = url or os.environ.get("SEARCH_URL", "http://127.0.0.1:8000/retrieve")
+        self.timeout, self.retries, self.backoff = timeout, retries, backoff
+
+    def batch(self, queries: list[str], topk: int = 3) -> list[list[dict]]:
+        """-> per query, a list of {"id", "contents"} documents (best first)."""
+        data = json.dumps({"queries": queries, "topk": topk, "return_scores": True}).encode()
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            req = urllib.request.Request(self.url, data=data, headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                    out = json.loads(r.read().decode())
+                break
+            except urllib.error.HTTPError as e:
+                if e.code < 500:   # our request is wrong: retrying will not help
+                    raise ValueError(f"retrieval server {self.url} rejected the request: {e.code} {e.read()[:200]!r}")
+                last = e
+            except (urllib.error.URLError, TimeoutError, ConnectionError, socket.timeout) as e:
+                last = e
+        else:
+            raise RuntimeError(f"retrieval server {self.url} unreachable after {self.retries + 1} tries ({last!r}); "
+                               "start one with `python searchqa.py serve --port 8000` or Search-R1's retrieval_server.py, "
+                               "or set SEARCH_URL")
+        return [[self._doc(item) for item in res] for res in out["result"]]
+
+    @staticmethod
+    def _doc(item: dict) -> dict:
+        d = item.get("document", item) if isinstance(item, dict) else {}
+        contents = d.get("contents") or f'"{d.get("title", "")}"\n{d.get("text", "")}'
+        return {"id": str(d.get("id", "")), "contents": contents}
+
+    def search(self, query: str, topk: int = 3) -> list[dict]:
+        return self.batch([query], topk)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# QA data files (real backend)
+# ---------------------------------------------------------------------------------------------
+def load_qa(path: str) -> list[Question]:
+    """jsonl or parquet rows with `question` and `golden_answers` (FlashRAG / Search-R1 raw);
+    `data_source` (if present) becomes the task type."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"QA file {path!r} not found (expected jsonl/parquet with 'question' and 'golden_answers')")
+    if path.endswith(".parquet"):
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise RuntimeError("reading parquet needs pandas + pyarrow: pip install pandas pyarrow") from e
+        rows = pd.read_parquet(path).to_dict("records")
+    else:
+        with open(path, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    qs = []
+    for i, r in enumerate(rows):
+        if "question" not in r or "golden_answers" not in r:
+            raise ValueError(f"{path}: row {i} lacks 'question' or 'golden_answers'")
+        golds = r["golden_answers"]
+        golds = [golds] if isinstance(golds, str) else [str(g) for g in list(golds)]
+        q = str(r["question"]).strip()
+        qs.append(Question(q if q.endswith("?") else q + "?", golds, str(r.get("data_source", "qa"))))
+    return qs
+
+
+# ---------------------------------------------------------------------------------------------
+# The environment
+# ---------------------------------------------------------------------------------------------
+_WORLDS: dict[tuple, tuple] = {}
+_ACT_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+
+
+def get_world(seed: int, n_people: int, n_companies: int, n_films: int, n_test: int):
+    """(index, test questions, train questions), built once per process per knob setting."""
+    key = (seed, n_people, n_companies, n_films, n_test)
+    if key not in _WORLDS:
+        docs, qs = build_kb(seed, n_people, n_companies, n_films)
+        order = np.random.default_rng([seed, 5]).permutation(len(qs))
+        qs = [qs[i] for i in order]
+        _WORLDS[key] = (BM25Index(docs), qs[:n_test], qs[n_test:])
+    return _WORLDS[key]
+
+
+class SearchQAEnv:
+    name = "searchqa"
+
+    def __init__(self, split: str = "train", seed: int = 0, backend: str = "builtin", max_turns: int = 4,
+                 topk: int = 3, n_people: int = 120, n_companies: int = 60, n_films: int = 60, n_test: int = 200,
+                 data_path: str | None = None, search_url: str | None = None, timeout: float = 10.0, retries: int = 3):
+        self.split, self.max_steps, self.topk = split, max_turns, topk
+        if backend == "builtin":
+            self.index, test, train = get_world(seed, n_people, n_companies, n_films, n_test)
+            self.questions = train if split == "train" else test
+            self.retrieve = lambda q: [d for d, _ in self.index.search(q, self.topk)]
+        elif backend == "real":
+            if not data_path:
+                raise ValueError("searchqa real backend needs data_path= (jsonl/parquet with 'question' and "
+                                 "'golden_answers'; '{split}' in the path is replaced by the split name)")
+            self.questions = load_qa(data_path.replace("{split}", split))
+            self.client = SearchClient(search_url, timeout=timeout, retries=retries)
+            self.client.search("test", topk)   # fail now, clearly, if no server answers
+            self.retrieve = self._remote
+        else:
+            raise ValueError(f"searchqa backend must be 'builtin' or 'real', got {backend!r}")
+        self.num_tasks = len(self.questions)
+        self.task, self.q = 0, self.questions[0]
+        self.steps, self.done, self.reward, self.obs, self.seen = 0, False, 0.0, "", frozenset()
+
+    def _remote(self, query: str) -> list[dict]:
+        try:
+            return self.client.search(query, self.topk)
+        except ValueError:   # the server refused this query (4xx): nothing found, as for junk
+            return []
+
+    def _info(self) -> dict:
+        return {"task": self.q.question, "task_type": self.q.kind, "admissible": [],
+                "won": bool(self.done and self.reward >= 1.0), "score": float(self.reward)}
+
+    def reset(self, task: int) -> tuple[str, dict]:
+        self.task = int(task)
+        self.q = self.questions[self.task % len(self.questions)]
+        self.steps, self.done, self.reward, self.seen = 0, False, 0.0, frozenset()
+        self.obs = self.q.question
+        return self.obs, self._info()
+
+    def step(self, action: str) -> tuple[str, float, bool, dict]:
+        if self.done:   # after the episode: the last observation again, no more reward
+            return self.obs, 0.0, True, self._info()
+        self.steps += 1
+        m = _ACT_RE.search(action) if isinstance(action, str) else None
+        reward = 0.0
+        if m is None:
+            self.obs = INVALID
+        elif m.group(1) == "answer":
+            self.reward = reward = em(m.group(2).strip(), self.q.golden_answers)
+            self.done, self.obs = True, ""
+        else:
+            docs = self.retrieve(m.group(2).strip()[:MAX_QUERY_CHARS])
+            self.seen = self.seen | {d["contents"].split("\n", 1)[0].strip('"') for d in docs}
+            self.obs = information(docs)
+        if self.steps >= self.max_steps:
+            self.done = True
+        return self.obs, reward, self.done, self._info()
+
+    def snapshot(self) -> Any:
+        return (self.task, self.steps, self.done, self.reward, self.obs, self.seen)
+
+    def restore(self, snap: Any) -> None:
+        self.task, self.steps, self.done, self.reward, self.obs, self.seen = snap
+        self.q = self.questions[self.task % len(self.questions)]
+
+    def expert_action(self) -> str:
+        """Search the question's entity, then the bridge entity its page names, then answer.
+        Replans from the documents actually shown so far (`seen`)."""
+        anchor, bridge = self.q.hops
+        if not anchor or bridge in self.seen:   # real data has no hops: answer what the data says
+            return f"<answer>{self.q.golden_answers[0]}</answer>"
+        if anchor in self.seen:
+            return f"<search>{bridge}</search>"
+        return f"<search>{anchor}</search>"
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec: make, vocabulary, prompts, parse
+# ---------------------------------------------------------------------------------------------
+def make(split: str = "train", seed: int = 0, backend: str = "builtin", **kw) -> SearchQAEnv:
+    return SearchQAEnv(split, seed, backend, **kw)
+
+
+def num_tasks(split: str) -> int | None:
+    return None if split == "train" else 200
+
+
+def vocabulary() -> list[str]:
+    words = set(FIRST + LAST + CITIES + COUNTRIES + COMPANY_STEMS + COMPANY_SUFFIX + FILM_ADJ + FILM_NOUN
+                + PROFESSIONS + INDUSTRIES + GENRES) | {t for t, _ in QUESTIONS.values()}
+    words |= set(string.punctuation) | set(string.digits)
+    words |= {"The is a who was born in works for city has about thousand inhabitants country Its largest",
+              "company founded by headquartered film directed", INVALID, PREFIX, "Doc Title",
+              "<search> </search> <answer> </answer> <information> </information> <think> </think>",
+              "search answer information think task obs act actions Question"}
+    return sorted(words)
+
+
+def parse(text: str) -> tuple[str, bool]:
+    """verl-agent's search projection: cut after the first </search> or </answer>; the action is
+    `<search>q</search>` or `<answer>a</answer>`; invalid ("" is sent, which the env answers with
+    the invalid-action message) if there is no block, both kinds, or a repeated tag."""
+    if not isinstance(text, str):
+        return "", False
+    for close in ("</search>", "</answer>"):
+        if close in text:
+            text = text.split(close, 1)[0] + close
+            break
+    s = re.findall(r"<search>(.*?)</search>", text, re.DOTALL)
+    a = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)
+    if len(s) + len(a) != 1 or text.count("<search>") + text.count("<answer>") != 1:
+        return "", False
+    return (f"<search>{s[0].strip()}</search>" if s else f"<answer>{a[0].strip()}</answer>"), True
+
+
+def chat_prompt(v: envs.PromptInput, history_len: int = 4) -> str:
+    """Search-R1's base prompt with the question, then the rollout so far (actions and
+    <information> blocks, the last `history_len` turns), as Search-R1 feeds its model."""
+    q = v.task if v.task.endswith("?") else v.task + "?"
+    parts = []
+    k0 = max(0, len(v.history) - history_len) if history_len else len(v.history)
+    for k, (o, a) in enumerate(v.history):
+        if k >= k0:
+            parts += ([o] if k > 0 else []) + [a]
+    if v.step > 0 and v.history:
+        parts.append(v.obs)
+    return PREFIX.format(question=q) + "".join(parts)
+
+
+SPEC = envs.EnvSpec(
+    name="searchqa", make=make, splits=("train", "test"), num_tasks=num_tasks, vocabulary=vocabulary,
+    chat_prompt=chat_prompt, compact_prompt=envs.compact_prompt, parse=parse, task_types=TASK_TYPES)
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: python searchqa.py serve --port 8000
+# ---------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Search-R1-compatible BM25 retrieval server")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="serve POST /retrieve")
+    s.add_argument("--host", default="127.0.0.1", help="bind address (127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--seed", type=int, default=0, help="built-in KB seed (must match the env's --seed)")
+    s.add_argument("--corpus", default=None, help='jsonl with {"id", "contents"} per line instead of the built-in KB')
+    s.add_argument("--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    if args.corpus:
+        with open(args.corpus, encoding="utf-8") as f:
+            docs = [json.loads(line) for line in f if line.strip()]
+        index = BM25Index(docs)
+    else:
+        index = get_world(args.seed, 120, 60, 60, 200)[0]
+    srv = ThreadingHTTPServer((args.host, args.port), make_handler(index, args.verbose))
+    srv.daemon_threads = True
+    print(f"serving {len(index.docs)} documents at http://{args.host}:{srv.server_address[1]}/retrieve", flush=True)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+
+
+if __name__ == "__main__":
+    main()

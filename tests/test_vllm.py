@@ -1,0 +1,145 @@
+"""vLLM backend vs HF teacher forcing, on a tiny random Qwen3 built here (fp32, CPU).
+
+    .venv-vllm/bin/python -m pytest -q tests/test_vllm.py        # from the repository root
+
+Needs vLLM (`bash .ci/vllm_env.sh` on CPU; `pip install vllm` on GPU); without it the whole
+module is skipped, so the main suite (`python -m pytest -q`) stays green in the main venv.
+Checks, one property each:
+  (a) the log-prob vLLM reports for each sampled token is log softmax(logits / T) of HF's model
+      (teacher-forced over prompt + sample), at T = 1 and T = 0.7, max |diff| <= 1e-4; same seed,
+      same samples;
+  (b) after a gradient-like perturbation of every HF weight (embeddings included, which are tied
+      to lm_head) and `sync`, vLLM matches the UPDATED model and no longer the old one; later
+      in-place changes to the HF model do not leak into the engine without a sync;
+  (c) stop tokens: the stop token is the last id and nothing follows it; without a stop token the
+      sample has exactly max_new_tokens ids;
+  (d) temperature 0 is greedy (HF argmax) with the raw (T = 1) log-probs.
+"""
+import copy
+
+import pytest
+
+pytest.importorskip("vllm")   # skip the module cleanly where vLLM is not installed
+
+import torch  # noqa: E402
+from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen3Config  # noqa: E402
+from transformers import Qwen3ForCausalLM  # noqa: E402
+
+from vllm_rollout import VLLMGenerator  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+TOL = 1e-4
+V = 256            # vocab: 4 specials + 252 filler words
+EOS = 1
+STOP = [EOS] + list(range(10, 22))   # eos + 12 more ids: ~5% of the vocab, so samples stop early
+NEW = 24           # max_new_tokens in (a)-(c)
+
+
+def build_tiny_qwen3(path: str) -> str:
+    """Tiny Qwen3 (2 layers, hidden 64, GQA 2/1 heads of 32, tied embeddings) + WordLevel tokenizer, saved as HF folder."""
+    vocab = {"<pad>": 0, "<eos>": EOS, "<unk>": 2, "<bos>": 3}
+    vocab.update({f"w{i}": i for i in range(4, V)})
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>",
+                                  unk_token="<unk>", bos_token="<bos>", padding_side="left")
+    # head_dim must be one vLLM's CPU attention supports (32, 64, 80, ...; 16 is rejected)
+    cfg = Qwen3Config(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                      max_position_embeddings=2048, tie_word_embeddings=True,
+                      pad_token_id=0, eos_token_id=EOS, bos_token_id=3)
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(cfg).float()
+    with torch.no_grad():      # random init is nearly flat; scale embeddings for a peaked dist.
+        model.model.embed_tokens.weight.mul_(4.0)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@torch.no_grad()
+def hf_logprobs(model, prompt: list[int], ids: list[int], temperature: float) -> torch.Tensor:
+    """log softmax(logits / T) of `ids` given prompt + previous ids, by one teacher-forced pass."""
+    x = torch.tensor([prompt + ids])
+    logits = model(x).logits[0, len(prompt) - 1:-1].float()                 # (n, V)
+    logits = logits / (temperature if temperature > 0 else 1.0)
+    return logits.log_softmax(-1).gather(-1, torch.tensor(ids)[:, None])[:, 0]  # (n,)
+
+
+def max_diff(model, prompts, samples, temperature) -> float:
+    return max((torch.tensor(s.logprobs) - hf_logprobs(model, p, s.ids, temperature)).abs().max()
+               .item() for p, s in zip(prompts, samples))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    path = build_tiny_qwen3(str(tmp_path_factory.mktemp("tiny_qwen3")))
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    gen = VLLMGenerator(path, stop_token_ids=STOP, dtype="float32", max_model_len=512,
+                        kv_cache_bytes=32 * 2**20, seed=0)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(4, V, (n,), generator=g).tolist() for n in (5, 17, 40, 3, 64, 9, 30, 12)]
+    return {"hf": hf, "gen": gen, "prompts": prompts}   # invariant: gen holds hf's weights
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_match_hf(setup, temperature):
+    hf, gen, prompts = setup["hf"], setup["gen"], setup["prompts"]
+    samples = gen.generate(prompts, NEW, temperature, seed=123)
+    assert all(len(s.ids) == len(s.logprobs) > 0 for s in samples)
+    d = max_diff(hf, prompts, samples, temperature)
+    print(f"T={temperature}: max |vLLM - HF| log-prob = {d:.2e}")
+    assert d <= TOL
+    again = gen.generate(prompts, NEW, temperature, seed=123)   # same seed, same samples
+    assert [s.ids for s in again] == [s.ids for s in samples]
+
+
+def test_sync_follows_updated_model(setup):
+    hf, gen, prompts = setup["hf"], setup["gen"], setup["prompts"]
+    old = copy.deepcopy(hf)
+    before = gen.generate(prompts, NEW, 1.0, seed=7)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():      # gradient-like step on every tensor, embeddings (= lm_head) included
+        for p in hf.parameters():
+            p.add_(0.3 * p.abs().mean() * torch.randn(p.shape, generator=g))
+    assert "lm_head.weight" in hf.state_dict() or hf.config.tie_word_embeddings
+    gen.sync(hf)
+    after = gen.generate(prompts, NEW, 1.0, seed=7)
+    d_new, d_old = max_diff(hf, prompts, after, 1.0), max_diff(old, prompts, after, 1.0)
+    print(f"after sync: |vLLM - new HF| = {d_new:.2e}, |vLLM - old HF| = {d_old:.2e}")
+    assert d_new <= TOL
+    assert d_old > 1e-2
+    assert [s.ids for s in after] != [s.ids for s in before]
+    # the engine holds copies: changing the HF weights in place without a sync changes nothing
+    saved = copy.deepcopy(hf.state_dict())
+    with torch.no_grad():
+        hf.model.embed_tokens.weight.mul_(1.5)
+    unsynced = gen.generate(prompts, NEW, 1.0, seed=7)
+    assert [s.ids for s in unsynced] == [s.ids for s in after]
+    assert [s.logprobs for s in unsynced] == [s.logprobs for s in after]
+    hf.load_state_dict(saved)  # restore the invariant gen == hf for the other tests
+
+
+def test_stop_tokens(setup):
+    gen, prompts = setup["gen"], setup["prompts"]
+    samples = gen.generate(prompts * 4, NEW, 1.0, seed=11)
+    stopped = 0
+    for s in samples:
+        hits = [t for t, tok in enumerate(s.ids) if tok in STOP]
+        if hits:               # stopped: the stop token is kept, and it is the last id
+            assert hits == [len(s.ids) - 1]
+            stopped += 1
+        else:
+            assert len(s.ids) == NEW
+    assert 0 < stopped < len(samples), stopped   # both cases occurred
+
+
+def test_greedy(setup):
+    hf, gen, prompts = setup["hf"], setup["gen"], setup["prompts"]
+    samples = gen.generate(prompts, 8, 0.0)
+    for p, s in zip(prompts, samples):
+        ref = hf.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                          max_new_tokens=8, do_sample=False, eos_token_id=STOP, pad_token_id=0)
+        assert s.ids == ref[0, len(p):].tolist()
+    assert max_diff(hf, prompts, samples, 0.0) <= TOL   # raw (T = 1) log-probs

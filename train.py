@@ -1,0 +1,540 @@
+"""train.py — the training loop: rollouts → credit (GRPO / ProVer / baselines) → PPO-clip update.
+
+    python train.py --env alfworld                     # laptop CPU: tiny policy, built-in games, ProVer
+    python train.py --env alfworld --method grpo       # the baseline, same cost accounting
+    python train.py --env alfworld --model Qwen/Qwen3.5-2B --rollout vllm --judge openai   # GPU
+    python train.py --help                             # every flag, with its meaning
+
+One iteration (numbered as in the loop below and in DESIGN.md §3):
+    1. sample `tasks_per_iter` training tasks; roll out G episodes of each with the current policy
+    2. GRPO group advantages A_i = R_i − mean_g R, broadcast to every turn of trajectory i
+    3. method-specific credit on top (ProVer: judge → verify → +λ·Δ̂ on the segment's turns)
+    4. one PPO-clip update on the action tokens (token-mean), then sync the rollout engine
+    5. evaluate every `eval_every` updates on a held-out split at low temperature
+    6. log a metrics row (metrics.jsonl), redraw curves.png, checkpoint atomically
+
+Run directory (`--out`): config.json, metrics.jsonl, curves.png, segments.md (ProVer,
+CriticSearch), checkpoint/ (HF folder + optimizer + RNG + step). `--resume` continues from it.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+# ---------------------------------------------------------------------------------------------
+# Config: one dataclass; each field's docstring is its --help text
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Config:
+    # --- what to run
+    env: str = "alfworld"
+    """benchmark: alfworld | webshop | searchqa (| pivot, the controlled test env)"""
+    method: str = "prover"
+    """credit assignment: prover | grpo | grpo-matched | gigpo | spo-chain | spo-tree | criticsearch"""
+    judge: str = "builtin"
+    """ProVer/CriticSearch judge backend: builtin | random | hf | openai"""
+    model: str = ""
+    """HF model folder or hub id; empty = build the tiny offline policy (warm-started by behaviour cloning)"""
+    rollout: str = "hf"
+    """generation backend: hf (transformers) | vllm (colocated engine, weights synced after each update)"""
+    # --- scale
+    iters: int = 150
+    """number of policy updates"""
+    group_size: int = 8
+    """G: rollouts per task (a GRPO group)"""
+    tasks_per_iter: int = 4
+    """tasks (groups) per update"""
+    eval_every: int = 10
+    """evaluate every N updates (0 = never)"""
+    eval_episodes: int = 64
+    """held-out episodes per evaluation (the first N tasks of the eval split)"""
+    eval_split: str = ""
+    """held-out split (default: the env's first held-out split, e.g. valid_seen)"""
+    eval_temperature: float = 0.4
+    """sampling temperature at evaluation (verl-agent uses 0.4)"""
+    temperature: float = 1.0
+    """sampling temperature for training rollouts and continuations"""
+    seed: int = 0
+    """fixes task sampling, env generation, model init and sampling"""
+    out: str = ""
+    """run directory (default runs/<env>-<method>-s<seed>)"""
+    resume: bool = False
+    """continue from <out>/checkpoint instead of starting over"""
+    checkpoint_every: int = 10
+    """write the checkpoint every N updates (and at the end)"""
+    # --- env
+    preset: str = "small"
+    """ALFWorld household size: small (CPU default) | full (ALFWorld-like)"""
+    env_backend: str = "auto"
+    """auto | builtin | real: real benchmark data/engine (ALFWorld official games, WebShop repo, retrieval server)"""
+    max_steps: int = 0
+    """episode step limit (0 = the benchmark's: ALFWorld 50, WebShop 15, SearchQA 4)"""
+    history_len: int = 2
+    """past (observation, action) steps shown in the prompt"""
+    chat_prompt: bool = False
+    """use the benchmark's full verl-agent chat prompt (default for --model) instead of the compact one"""
+    # --- optimisation (grpo.py)
+    lr: float = 3e-4
+    """AdamW learning rate (tiny policy; use ~1e-6 for real LLMs)"""
+    norm_std: bool = False
+    """divide group advantages by the group std (off: A = R − mean R, as in the ProVer paper)"""
+    clip: float = 0.2
+    """PPO clip range ε"""
+    kl_coef: float = 0.0
+    """k3 KL to a frozen copy of the initial policy (0 = no reference model)"""
+    invalid_penalty: float = 0.1
+    """subtracted from the advantage of a turn whose output lacked <action> tags"""
+    max_new_tokens: int = 24
+    """response length cap per turn"""
+    micro_tokens: int = 8192
+    """padded tokens per forward pass in the update (memory knob)"""
+    # --- ProVer (prover.py / verify.py)
+    min_success: int = 1
+    """eligible groups have at least this many successes"""
+    max_success: int = 3
+    """... and at most this many (of G = 8)"""
+    verify_k: int = 8
+    """K: continuations from each of s_pre and s_post"""
+    lam: float = 1.0
+    """λ: credit added is λ·Δ̂"""
+    margin: float = 0.0
+    """credit only if Δ̂ > margin (0 = the paper's Δ̂ > 0)"""
+    # --- judge backends (judge.py)
+    judge_url: str = ""
+    """openai judge: base URL of an OpenAI-compatible endpoint (else $OPENAI_BASE_URL)"""
+    judge_model: str = ""
+    """openai judge: model name (else $JUDGE_MODEL); hf judge: model folder (default: the policy itself)"""
+    judge_timeout: float = 60.0
+    """openai judge: seconds per request"""
+    # --- tiny offline policy (policy.py)
+    tiny_hidden: int = 128
+    """tiny policy width"""
+    tiny_layers: int = 4
+    """tiny policy depth"""
+    bc_episodes: int = 400
+    """behaviour cloning: noisy expert episodes"""
+    bc_steps: int = 300
+    """behaviour cloning: optimizer steps (few on purpose: the policy starts imperfect)"""
+    bc_epsilon: float = 0.3
+    """behaviour cloning: chance of a random admissible action in the demos"""
+    cache_dir: str = "~/.cache/prover"
+    """where warm-started tiny policies are cached (keyed by env + config)"""
+    threads: int = 0
+    """torch CPU threads (0 = all cores)"""
+    vllm_kv_bytes: int = 256 * 2**20
+    """vLLM KV-cache size in bytes on CPU"""
+
+
+CHOICES = {
+    "env": ["alfworld", "webshop", "searchqa", "pivot"],
+    "method": ["prover", "grpo", "grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch"],
+    "judge": ["builtin", "random", "hf", "openai"],
+    "rollout": ["hf", "vllm"],
+    "preset": ["small", "full"],
+    "env_backend": ["auto", "builtin", "real"],
+}
+
+
+def field_docs(cls) -> dict[str, str]:
+    """The docstring under each dataclass field (the help text), read from the source."""
+    tree = ast.parse(inspect.getsource(cls))
+    body, docs = tree.body[0].body, {}
+    for a, b in zip(body, body[1:]):
+        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
+            docs[a.target.id] = b.value.value
+    return docs
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):  # one clear line, non-zero exit (argparse prints usage too)
+        self.exit(2, f"train.py: error: {message}\n")
+
+
+def parse_args(argv=None) -> Config:
+    p = OneLineParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    docs = field_docs(Config)
+    for f in fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=docs.get(f.name))
+        else:
+            typ = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str) else f.type.__name__]
+            p.add_argument(flag, type=typ, default=f.default, choices=CHOICES.get(f.name), help=docs.get(f.name))
+    return Config(**vars(p.parse_args(argv)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Setup
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """What the credit methods (prover.py, baselines.py) may use."""
+    cfg: Config
+    agent: object                     # rollout.Agent
+    spec: object                      # envs.EnvSpec
+    env_kwargs: dict
+    pool: list                        # spare train-split envs for continuations (verify, SPO)
+    judge: object | None
+    out: str
+    step: int = 0
+    log: list = field(default_factory=list)
+
+    def envs(self, n: int) -> list:
+        """At least n spare envs (grown on demand)."""
+        while len(self.pool) < n:
+            self.pool.append(self.spec.make(split=self.spec.splits[0], seed=self.cfg.seed, **self.env_kwargs))
+        return self.pool[:n]
+
+
+def env_setup(cfg: Config, log):
+    import envs
+    spec = envs.get_spec(cfg.env)
+    kw: dict = {}
+    backend_line = "built-in"
+    if cfg.env == "alfworld":
+        import alfworld_tw
+        resolved, backend_line = alfworld_tw.resolve_backend(cfg.env_backend, None)
+        kw = {"preset": cfg.preset, "backend": resolved}
+    elif cfg.env in ("webshop", "searchqa"):
+        kw = {"backend": "builtin" if cfg.env_backend == "auto" else cfg.env_backend}
+        backend_line = f"{cfg.env}: backend {kw['backend']}"
+    if cfg.max_steps:
+        kw["max_steps"] = cfg.max_steps
+    log(backend_line)
+    eval_split = cfg.eval_split or spec.splits[1]
+    if eval_split not in spec.splits:
+        raise ValueError(f"--eval-split {eval_split!r}: env {cfg.env} has splits {list(spec.splits)}")
+    return spec, kw, backend_line, eval_split
+
+
+def model_setup(cfg: Config, spec, env_kw, log):
+    import torch
+    import policy
+    if cfg.model:
+        model, tok = policy.load_hf(cfg.model)
+        return model, tok, cfg.model
+    tiny = policy.TinyConfig(hidden=cfg.tiny_hidden, layers=cfg.tiny_layers, heads=max(2, cfg.tiny_hidden // 32),
+                             kv_heads=max(1, cfg.tiny_hidden // 64), intermediate=3 * cfg.tiny_hidden)
+    bc = policy.BCConfig(episodes=cfg.bc_episodes, steps=cfg.bc_steps, epsilon=cfg.bc_epsilon)
+    model, tok, folder = policy.tiny_policy(spec, env_kw, tiny, bc, cfg.seed, cfg.cache_dir, cfg.history_len, log)
+    return model, tok, folder
+
+
+def generator_setup(cfg: Config, model, tok, model_dir: str):
+    import policy
+    if cfg.rollout == "hf":
+        return policy.HFGenerator(model, tok)
+    try:
+        import vllm_rollout
+    except ImportError as e:
+        raise ImportError(str(e).splitlines()[0]) from None
+    g = vllm_rollout.VLLMGenerator(model_dir, policy.stop_ids(tok), seed=cfg.seed, kv_cache_bytes=cfg.vllm_kv_bytes)
+    g.sync(model)
+    return g
+
+
+def judge_setup(cfg: Config, model, tok):
+    if cfg.method not in ("prover", "criticsearch"):
+        return None
+    import judge
+    kw: dict = {"seed": cfg.seed}
+    if cfg.judge == "openai":
+        kw.update(base_url=cfg.judge_url or None, model=cfg.judge_model or None, timeout=cfg.judge_timeout)
+    elif cfg.judge == "hf":
+        if cfg.judge_model:
+            import policy
+            jm, jt = policy.load_hf(cfg.judge_model)
+            kw.update(model=jm, tokenizer=jt)
+        else:
+            kw.update(model=model, tokenizer=tok)
+    return judge.make_judge(cfg.judge, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints (atomic) and metrics
+# ---------------------------------------------------------------------------------------------
+def save_checkpoint(out: str, model, tok, opt, step: int, counter: Counter, rng_state: dict):
+    import torch
+    final, tmp, old = (os.path.join(out, n) for n in ("checkpoint", "checkpoint.tmp", "checkpoint.old"))
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)                      # config + model.safetensors
+    tok.save_pretrained(tmp)
+    torch.save({"optimizer": opt.state_dict(), "rng": rng_state}, os.path.join(tmp, "trainer.pt"))
+    with open(os.path.join(tmp, "state.json"), "w") as f:
+        json.dump({"step": step, "counter": dict(counter)}, f)
+    # swap: a crash at any point leaves `checkpoint` or `checkpoint.old` complete
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(final):
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(out: str):
+    """(model, tok, trainer state, step, counter). One clear error if it is missing or corrupt."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    d = os.path.join(out, "checkpoint")
+    if not os.path.isdir(d) and os.path.isdir(d + ".old"):
+        d = d + ".old"
+    if not os.path.isdir(d):
+        raise FileNotFoundError(f"--resume: no checkpoint in {out}")
+    try:
+        with open(os.path.join(d, "state.json")) as f:
+            st = json.load(f)
+        tok = AutoTokenizer.from_pretrained(d, padding_side="left")
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+        tr = torch.load(os.path.join(d, "trainer.pt"), weights_only=False)
+    except Exception as e:  # any unreadable part means the checkpoint is unusable
+        raise ValueError(f"--resume: corrupt checkpoint {d}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    return model, tok, tr, st["step"], Counter(st["counter"])
+
+
+def rng_state(py_rng: random.Random) -> dict:
+    import numpy as np
+    import torch
+    return {"py": py_rng.getstate(), "torch": torch.get_rng_state(), "np": np.random.get_state()}
+
+
+def plot_curves(out: str, rows: list[dict]):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    tok_cum, cum = [], 0
+    for r in rows:
+        cum += r.get("tokens/rollout", 0) + r.get("tokens/verify", 0) + r.get("tokens/judge", 0)
+        tok_cum.append(cum)
+    steps = [r["step"] for r in rows]
+    for a, xs, xl in ((ax[0], steps, "policy updates"), (ax[1], tok_cum, "generated tokens (rollout + verify + judge)")):
+        a.plot(xs, [r.get("train/success", float("nan")) for r in rows], alpha=0.4, label="train rollouts")
+        ev = [(x, r["eval/success"]) for x, r in zip(xs, rows) if "eval/success" in r]
+        if ev:
+            a.plot(*zip(*ev), "o-", label="held-out eval")
+        a.set_xlabel(xl)
+        a.set_ylabel("success rate")
+        a.set_ylim(-0.02, 1.02)
+        a.grid(alpha=0.3)
+        a.legend()
+    fig.suptitle(os.path.basename(os.path.normpath(out)))
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "curves.png.tmp.png"), dpi=90)
+    plt.close(fig)
+    os.replace(os.path.join(out, "curves.png.tmp.png"), os.path.join(out, "curves.png"))
+
+
+def read_metrics(path: str, upto: int | None = None) -> list[dict]:
+    rows = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    try:
+                        r = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # a line cut by a crash
+                    if upto is None or r.get("step", 0) <= upto:
+                        rows.append(r)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------
+def evaluate(agent, spec, env_kw, split: str, n: int, temperature: float, seed: int, eval_envs: list) -> dict:
+    from rollout import rollout_groups
+    nt = spec.num_tasks(split)
+    n = min(n, nt) if nt else n
+    while len(eval_envs) < n:
+        eval_envs.append(spec.make(split=split, seed=seed, **env_kw))
+    groups = rollout_groups(agent, eval_envs, list(range(n)), 1, temperature, seed=seed + 7,
+                            purpose="eval", keep_states=False)
+    trajs = [g[0] for g in groups]
+    m = {"eval/success": sum(t.success for t in trajs) / n, "eval/score": sum(t.score for t in trajs) / n,
+         "eval/episode_len": sum(len(t.turns) for t in trajs) / n}
+    by = {}
+    for t in trajs:
+        by.setdefault(t.task_type, []).append(t.success)
+    for k, v in sorted(by.items()):
+        m[f"eval/success/{k}"] = sum(v) / len(v)
+    return m
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------------------------
+def credit_methods():
+    import grpo
+    methods = {"grpo": lambda groups, adv, run: {}}
+    try:
+        import prover
+        methods["prover"] = prover.credit
+    except ImportError:
+        pass
+    try:
+        import baselines
+        methods.update(baselines.METHODS)
+    except ImportError:
+        pass
+    return methods
+
+
+def train(cfg: Config) -> str:
+    import torch
+    from tqdm import tqdm
+    import grpo
+    from rollout import Agent, rollout_groups
+
+    cfg.out = cfg.out or os.path.join("runs", f"{cfg.env}-{cfg.method}-s{cfg.seed}")
+    os.makedirs(cfg.out, exist_ok=True)
+    log = tqdm.write
+    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    methods = credit_methods()
+    if cfg.method not in methods:
+        raise ValueError(f"--method {cfg.method}: not available in this build (have {sorted(methods)})")
+
+    spec, env_kw, backend_line, eval_split = env_setup(cfg, log)
+    start, counter, trainer_state = 0, Counter(), None
+    if cfg.resume:
+        model, tok, trainer_state, start, counter = load_checkpoint(cfg.out)
+        model_dir = os.path.join(cfg.out, "checkpoint")
+        log(f"resuming from {cfg.out}/checkpoint at step {start}")
+    else:
+        model, tok, model_dir = model_setup(cfg, spec, env_kw, log)
+    gen = generator_setup(cfg, model, tok, model_dir)
+    agent = Agent(gen, tok, spec, compact=not (cfg.chat_prompt or cfg.model), history_len=cfg.history_len,
+                  max_new_tokens=cfg.max_new_tokens, counter=counter)
+    run = Run(cfg, agent, spec, env_kw, [], judge_setup(cfg, model, tok), cfg.out, start)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    ucfg = grpo.UpdateCfg(lr=cfg.lr, clip_low=cfg.clip, clip_high=cfg.clip, kl_coef=cfg.kl_coef,
+                          temperature=cfg.temperature, micro_tokens=cfg.micro_tokens)
+    ref = None
+    if cfg.kl_coef > 0:
+        import copy
+        ref = copy.deepcopy(model).eval().requires_grad_(False)
+    py_rng = random.Random(cfg.seed)
+    if trainer_state is not None:
+        opt.load_state_dict(trainer_state["optimizer"])
+        py_rng.setstate(trainer_state["rng"]["py"])
+        torch.set_rng_state(trainer_state["rng"]["torch"])
+
+    resolved = dict(asdict(cfg), env_backend_resolved=backend_line, eval_split_resolved=eval_split,
+                    model_dir=model_dir, env_kwargs=env_kw)
+    with open(os.path.join(cfg.out, "config.json"), "w") as f:
+        json.dump(resolved, f, indent=1)
+    mpath = os.path.join(cfg.out, "metrics.jsonl")
+    rows = read_metrics(mpath, upto=start)
+    with open(mpath, "w") as f:  # drop rows past the checkpoint (a resumed run re-does them)
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    train_envs = [spec.make(split=spec.splits[0], seed=cfg.seed, **env_kw) for _ in range(cfg.tasks_per_iter * cfg.group_size)]
+    eval_envs: list = []
+    G = cfg.group_size
+    log(f"run: {cfg.out} | env {cfg.env} | method {cfg.method} | G={G} x {cfg.tasks_per_iter} tasks | "
+        f"{cfg.iters} updates | eval on {eval_split} every {cfg.eval_every}")
+
+    if start == 0 and cfg.eval_every:
+        m = evaluate(agent, spec, env_kw, eval_split, cfg.eval_episodes, cfg.eval_temperature, cfg.seed, eval_envs)
+        row = {"step": 0, **m, **{k: counter[k] for k in ("tokens/rollout", "tokens/verify", "tokens/judge")}}
+        rows.append(row)
+        with open(mpath, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        log(f"step 0 | eval {m['eval/success']:.3f} (warm start)")
+
+    bar = tqdm(range(start, cfg.iters), initial=start, total=cfg.iters, desc="updates")
+    step = start
+    try:
+        for step in range(start + 1, cfg.iters + 1):
+            t0 = time.time()
+            before = Counter(counter)
+            run.step = step
+            # 1. tasks and rollouts (a task index fixes the generated game; groups share it)
+            tasks = [py_rng.randrange(10**6) for _ in range(cfg.tasks_per_iter)]
+            groups = rollout_groups(agent, train_envs, tasks, G, cfg.temperature, seed=py_rng.getrandbits(31))
+            # 2. GRPO advantages, per turn
+            adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty)
+            # 3. method-specific credit (may add rows/groups, e.g. grpo-matched)
+            t_credit = time.time()
+            try:
+                cstats = methods[cfg.method](groups, adv, run) or {}
+            except Exception as e:  # one bad group must not kill a long run: counted + logged
+                counter["credit/errors"] += 1
+                log(f"step {step}: credit failed ({type(e).__name__}: {e}); using GRPO advantages")
+                adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty)
+                cstats = {"credit/error": f"{type(e).__name__}: {e}"[:200]}
+            t_credit = time.time() - t_credit
+            # 4. update + sync the rollout engine
+            ustats = grpo.update(model, opt, grpo.rows_from(groups, adv), ucfg, tok.pad_token_id, ref)
+            counter["train/skipped_nonfinite"] += ustats["train/skipped_nonfinite"]
+            gen.sync(model)
+            # 6. metrics
+            trajs = [t for g in groups for t in g]
+            d = {k: counter[k] - before[k] for k in counter}
+            row = {"step": step,
+                   "train/success": sum(t.success for t in trajs) / len(trajs),
+                   "train/score": sum(t.score for t in trajs) / len(trajs),
+                   "train/episode_len": sum(len(t.turns) for t in trajs) / len(trajs),
+                   "train/invalid_format": sum(not tn.valid for t in trajs for tn in t.turns) / max(1, sum(len(t.turns) for t in trajs)),
+                   "train/mixed_groups": sum(0 < sum(t.success for t in g) < len(g) for g in groups),
+                   "tokens/rollout": d.get("tokens/rollout", 0), "tokens/verify": d.get("tokens/verify", 0),
+                   "tokens/judge": d.get("tokens/judge", 0),
+                   "env_steps/rollout": d.get("env_steps/rollout", 0),
+                   "env_steps/total": sum(v for k, v in d.items() if k.startswith("env_steps/") and k != "env_steps/eval"),
+                   "time/iter_s": time.time() - t0, "time/credit_s": t_credit,
+                   **{k: v for k, v in ustats.items()}, **cstats}
+            # 5. evaluation
+            if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.iters):
+                row.update(evaluate(agent, spec, env_kw, eval_split, cfg.eval_episodes, cfg.eval_temperature, cfg.seed, eval_envs))
+            row["tokens/eval"] = counter["tokens/eval"] - before["tokens/eval"]
+            rows.append(row)
+            with open(mpath, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            bar.update(1)
+            bar.set_postfix(train=f"{row['train/success']:.2f}", **({"eval": f"{row['eval/success']:.2f}"} if "eval/success" in row else {}))
+            log(f"step {step} | train {row['train/success']:.3f} | "
+                + (f"eval {row['eval/success']:.3f} | " if "eval/success" in row else "")
+                + f"tok {row['tokens/rollout']}+{row['tokens/verify']}v+{row['tokens/judge']}j | {row['time/iter_s']:.1f}s")
+            if step % cfg.checkpoint_every == 0 or step == cfg.iters:
+                plot_curves(cfg.out, rows)
+                save_checkpoint(cfg.out, model, tok, opt, step, counter, rng_state(py_rng))
+    except KeyboardInterrupt:
+        bar.close()
+        ck = os.path.join(cfg.out, "checkpoint")
+        s = json.load(open(os.path.join(ck, "state.json")))["step"] if os.path.exists(os.path.join(ck, "state.json")) else None
+        print(f"\ninterrupted at update {step}; last complete checkpoint: "
+              + (f"{ck} (step {s}); continue with --resume" if s is not None else "none yet"), file=sys.stderr)
+        raise SystemExit(130)
+    bar.close()
+    if rows:
+        plot_curves(cfg.out, rows)
+    return cfg.out
+
+
+def main(argv=None):
+    cfg = parse_args(argv)
+    try:
+        out = train(cfg)
+    except (ValueError, FileNotFoundError, ImportError, ConnectionError) as e:
+        print(f"train.py: error: {e}", file=sys.stderr)
+        raise SystemExit(2)
+    print(f"done: {out}")
+
+
+if __name__ == "__main__":
+    main()
