@@ -45,7 +45,7 @@ A game is a pure function of (split, preset, seed, task index): `generate_game` 
 `random.Random` from that key. Room types and their task restrictions follow ALFWorld
 (look: bedroom/livingroom; heat, cool: kitchen; clean: kitchen/bathroom; pick, pick-two: all).
 * `small`: 4-7 receptacles, 1-2 instances of the goal object (2-3 for pick-two), 1-3 distractor
-  objects. The CPU default: short expert plans (~5-9 steps) a tiny policy can learn.
+  objects. The CPU default: short expert plans (mean 3.8-8.5 steps per type) a tiny policy can learn.
 * `full`: ALFWorld-like rooms (kitchens with 4 stoveburners, 3-10 cabinets, up to 9 drawers, ...;
   ~12-35 receptacles) and 8-25 distractor objects.
 * Splits (fixed counts as in ALFWorld: train unbounded, valid_seen 140, valid_unseen 134):
@@ -722,7 +722,15 @@ def vocabulary() -> list[str]:
     phrases += sorted(CAN_CONTAIN) + sorted({o for objs in CAN_CONTAIN.values() for o in objs})
     phrases += sorted({o for room in ROOMS.values() for o in room["objects"]}) + list(LAMPS)
     phrases += [str(d) for d in range(10)]
+    # ALFRED class names our generator never places (constants.OBJECTS): official games can show
+    # them (real backend), and `sliced` for their sliced variants; cheap insurance for the tokenizer.
+    phrases += _ALFRED_EXTRA_NAMES
     return phrases
+
+
+_ALFRED_EXTRA_NAMES = ("bathtub blinds boots chair curtains footstool houseplant laundryhamperlid lightswitch mirror "
+                       "painting papertowelroll poster scrubbrush showerdoor showerglass sink stoveknob teddybear "
+                       "television window faucet sliced").split()
 
 
 def make_alfworld(split: str = "train", seed: int = 0, preset: str = "small", backend: str = "builtin",
