@@ -36,8 +36,9 @@ stop rule. vLLM keeps the stop token in `token_ids` (and reports its log-prob); 
 in_output` only concerns text, which we do not ask for (`detokenize=False`).
 
 Seeds. Every request gets its own `SamplingParams.seed`, derived from (call seed, prompt index),
-so a prompt's sample does not depend on what else is in the batch or on the scheduler; the same
-seed reproduces the same ids. With `seed=None` we draw a fresh call seed from a counter started at
+so a prompt's random stream does not depend on what else is in the batch or on the scheduler (its
+logits can still differ in the last bits with the batch shape); the same call reproduces the same
+ids. With `seed=None` we draw a fresh call seed from a counter started at
 the constructor's `seed`, so a run is reproducible end to end.
 
 The sync, line by line (`sync(model)`):
@@ -68,6 +69,19 @@ Other traps found on CPU:
     when None), which makes vLLM skip that reservation. On GPU, None means "use the fraction".
   - In-process on CPU, vLLM replaces `torch.set_num_threads` with a no-op for the whole process
     (after binding its OpenMP threads); set the trainer's thread count BEFORE creating the engine.
+  - Per-request seeds + chunked prefill crash the CPU engine once a batch's prompts exceed one
+    scheduler step (4096 tokens by default): for a half-prefilled request vLLM rewinds its seeded
+    generator with `gen.set_offset(...)`, which a CPU torch.Generator does not support
+    ("RuntimeError: CPU Generator does not use offset", gpu_model_runner._bookkeeping_sync). On
+    CPU we therefore pass `enable_chunked_prefill=False`: every prompt is prefilled in one step
+    (the step budget becomes max(max_model_len, 4096)), so nothing is ever half-prefilled.
+    tests/test_vllm.py (e) covers it. GPU generators support offsets; there we keep vLLM's default.
+  - The CPU sampler draws its Gumbel seeds with the GLOBAL torch RNG (`torch.randint`) for every
+    row, even seeded ones (which are then overwritten). In-process, that is the trainer's RNG:
+    a vLLM call advances it (deterministically). Seed the trainer's own draws explicitly.
+  - Oversubscription: with more OpenMP threads than free cores (e.g. 2 threads on a 2-core box
+    where another process holds a core) both vLLM and HF ran ~10x slower in our measurements;
+    there, run with OMP_NUM_THREADS=1.
   - `enforce_eager=True` (default) starts in ~2 s; False compiles with inductor (~10-20 s start,
     a little faster per call, cache in ~/.cache/vllm; move it with VLLM_CACHE_ROOT).
 
@@ -136,7 +150,8 @@ class VLLMGenerator:
         self.llm = LLM(model=model_dir, dtype=dtype, max_model_len=max_model_len, seed=seed,
                        gpu_memory_utilization=gpu_memory_utilization,
                        kv_cache_memory_bytes=kv_cache_bytes, enforce_eager=enforce_eager,
-                       logprobs_mode="processed_logprobs")   # log softmax(logits / T): see docstring
+                       logprobs_mode="processed_logprobs",   # log softmax(logits / T): see docstring
+                       enable_chunked_prefill=False if on_cpu else None)  # CPU seed crash: docstring
         self.init_s = time.perf_counter() - t0
         self.stop_token_ids = list(stop_token_ids)
         self.max_model_len = max_model_len

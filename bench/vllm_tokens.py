@@ -77,12 +77,13 @@ if __name__ == "__main__":
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=200)
     ap.add_argument("--new", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=5, help="warm calls; the median is reported")
     ap.add_argument("--no-hf", action="store_true", help="vLLM only")
     args = ap.parse_args()
     model_dir = args.model_dir or build_tiny(tempfile.mkdtemp(prefix="tiny_qwen3_"))
     vocab = json.load(open(os.path.join(model_dir, "config.json")))["vocab_size"]
     rng = random.Random(0)
     prompts = [[rng.randrange(3, vocab) for _ in range(args.prompt_len)] for _ in range(args.prompts)]
-    print(json.dumps(rollout_throughput(model_dir, prompts, args.new)), flush=True)
+    print(json.dumps(rollout_throughput(model_dir, prompts, args.new, repeats=args.repeats)), flush=True)
     if not args.no_hf:
-        print(json.dumps(hf_throughput(model_dir, prompts, args.new)), flush=True)
+        print(json.dumps(hf_throughput(model_dir, prompts, args.new, args.repeats)), flush=True)
