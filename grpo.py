@@ -113,13 +113,21 @@ def collate(rows: list[Row], pad_id: int):
     return ids, attn, mask, old, adv
 
 
-def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """log π(ids[:, j+1] | ids[:, :j+1]) for every position: (B, T-1). The temperature matches
-    the one used for sampling so ρ compares the same distributions."""
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()   # (B, T-1, V)
+def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
+                   temperature: float = 1.0) -> torch.Tensor:
+    """log π(ids[:, j+1] | ids[:, :j+1]) at the masked positions, zero elsewhere: (B, T-1).
+    The LM head and softmax run only on masked (action) positions — ~10x fewer than all
+    positions here, and the head over the vocabulary is the most expensive layer of a tiny model.
+    The temperature matches the one used for sampling so ρ compares the same distributions."""
+    h = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]  # (B, T-1, H)
+    sel = mask.bool()                                                                  # (B, T-1)
+    logits = model.get_output_embeddings()(h[sel]).float()                            # (M, V)
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    return torch.gather(F.log_softmax(logits, -1), -1, ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
+    lp = torch.gather(F.log_softmax(logits, -1), -1, ids[:, 1:][sel][:, None]).squeeze(-1)  # (M,)
+    out = torch.zeros(mask.shape, dtype=lp.dtype)                                     # (B, T-1)
+    out[sel] = lp
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,14 +184,14 @@ def update(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=N
         while j < len(rows) and (j + 1 - i) * (len(rows[j].prompt_ids) + len(rows[j].action_ids)) <= cfg.micro_tokens:
             j += 1
         ids, attn, mask, old, adv = collate(rows[i:j], pad_id)
-        logp = token_logprobs(model, ids, attn, cfg.temperature)
+        logp = token_logprobs(model, ids, attn, mask, cfg.temperature)
         ref = None
         if ref_model is not None and cfg.kl_coef > 0:
             with torch.no_grad():
-                ref = token_logprobs(ref_model, ids, attn, cfg.temperature)
+                ref = token_logprobs(ref_model, ids, attn, mask, cfg.temperature)
         loss, st = ppo_clip_loss(logp, old, adv, mask, cfg.clip_low, cfg.clip_high, ref, cfg.kl_coef, denom=n_tok)
         loss.backward()
-        total += float(loss)
+        total += loss.item()
         for k in agg:
             agg[k] += st[k]
         i = j

@@ -252,6 +252,7 @@ def collect_demos(spec, env_kwargs: dict, agent_fmt, bc: BCConfig, seed: int):
 def bc_train(model, data, bc: BCConfig, pad_id: int, seed: int) -> list[float]:
     """Cross-entropy on the response tokens only (prompt tokens masked)."""
     from tqdm import tqdm
+    from grpo import Row, collate, token_logprobs
     g = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=bc.lr, weight_decay=0.0)
     model.train()
@@ -259,18 +260,13 @@ def bc_train(model, data, bc: BCConfig, pad_id: int, seed: int) -> list[float]:
     bar = tqdm(range(bc.steps), desc="warm start: behaviour cloning", mininterval=1)
     for step in bar:
         batch = [data[g.randrange(len(data))] for _ in range(bc.batch)]
-        T = max(len(p) + len(t) for p, t in batch)
-        ids = torch.full((len(batch), T), pad_id, dtype=torch.long)      # (B, T) right-padded
-        attn = torch.zeros_like(ids)
-        labels = torch.full_like(ids, -100)                               # -100 = ignored
-        for b, (p, t) in enumerate(batch):
-            ids[b, :len(p) + len(t)] = torch.tensor(p + t)
-            attn[b, :len(p) + len(t)] = 1
-            labels[b, len(p):len(p) + len(t)] = torch.tensor(t)
+        rows = [Row(p, t, [0.0] * len(t), 0.0) for p, t in batch]
+        ids, attn, mask, _, _ = collate(rows, pad_id)                     # (B, T), (B, T-1)
         lr = bc.lr * min(1.0, (step + 1) / 20)                            # short warm-up
         for gr in opt.param_groups:
             gr["lr"] = lr
-        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        # cross-entropy on the response tokens only (token mean)
+        loss = -(token_logprobs(model, ids, attn, mask) * mask).sum() / mask.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

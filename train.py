@@ -134,7 +134,7 @@ class Config:
     cache_dir: str = "~/.cache/prover"
     """where warm-started tiny policies are cached (keyed by env + config)"""
     threads: int = 0
-    """torch CPU threads (0 = all cores)"""
+    """torch CPU threads (0 = auto: 1 for the tiny policy, whose ops are too small to split, all cores for --model)"""
     vllm_kv_bytes: int = 256 * 2**20
     """vLLM KV-cache size in bytes on CPU"""
 
@@ -251,8 +251,10 @@ def judge_setup(cfg: Config, model, tok):
     if cfg.method not in ("prover", "criticsearch"):
         return None
     import judge
-    kw: dict = {"seed": cfg.seed}
-    if cfg.judge == "openai":
+    kw: dict = {}
+    if cfg.judge == "random":
+        kw["seed"] = cfg.seed
+    elif cfg.judge == "openai":
         kw.update(base_url=cfg.judge_url or None, model=cfg.judge_model or None, timeout=cfg.judge_timeout)
     elif cfg.judge == "hf":
         if cfg.judge_model:
@@ -403,7 +405,7 @@ def train(cfg: Config) -> str:
     cfg.out = cfg.out or os.path.join("runs", f"{cfg.env}-{cfg.method}-s{cfg.seed}")
     os.makedirs(cfg.out, exist_ok=True)
     log = tqdm.write
-    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+    torch.set_num_threads(cfg.threads or (os.cpu_count() or 1 if cfg.model else 1))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     methods = credit_methods()
