@@ -113,6 +113,8 @@ class Config:
     """λ: credit added is λ·Δ̂"""
     margin: float = 0.0
     """credit only if Δ̂ > margin (0 = the paper's Δ̂ > 0)"""
+    # --- baselines (baselines.py)
+    # (fields added by baselines.py's author go here)
     # --- judge backends (judge.py)
     judge_url: str = ""
     """openai judge: base URL of an OpenAI-compatible endpoint (else $OPENAI_BASE_URL)"""
