@@ -195,6 +195,10 @@ class PivotEnv:
             self.done = True
         return obs, float(self.won and self.done), self.done, self._info()
 
+    def reseed(self, seed: int) -> None:
+        """Fresh future randomness (the door draw) for a continuation from a snapshot."""
+        self.rng = np.random.default_rng(seed)
+
     def expert_action(self) -> str:
         return "take key" if self.room == self.pivot and not self.key else "go forward"
 
@@ -208,8 +212,9 @@ class PivotEnv:
 
 
 def _pivot_vocab() -> list[str]:
-    return ("you are in room a key lies here your task is to reach the end and open door "
-            "pick up take go forward nothing happens stays shut opens").split()
+    return ["You are in room 0123456789.", "A key lies here.", "Your task is to: reach the end and open the door.",
+            "You pick up the key.", "The door opens.", "The door stays shut.", "Nothing happens.",
+            "go forward", "take key"]
 
 
 # ---------------------------------------------------------------------------------------------

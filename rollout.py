@@ -112,15 +112,24 @@ def start_state(env: Env, task: int) -> AgentState:
 
 def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temperature: float,
                  seed: int, purpose: str, keep_states: bool = True,
-                 progress: Callable[[int], None] | None = None
+                 progress: Callable[[int], None] | None = None, fresh_env_randomness: bool = False
                  ) -> tuple[list[list[Turn]], list[AgentState]]:
     """Play one episode per (env, start) to the end; returns the turns of each and the final
     states (whose `info` holds won/score). `envs[i]` is restored to `starts[i]` first, so the same
-    env objects can be reused for any start."""
+    env objects can be reused for any start.
+
+    `fresh_env_randomness`: a snapshot restores the env's RNG too (exact replay), so K
+    continuations from one snapshot would all see the *same* future env randomness and estimate
+    V(s) for one draw of it only. Value estimates (verification, SPO) set this flag: each
+    continuation's env then redraws its future randomness (`env.reseed`, for envs that have any
+    randomness left after reset; ALFWorld has none)."""
     assert len(envs) == len(starts)
     states = list(starts)
+    rs = random.Random(seed ^ 0x5EED)
     for e, s in zip(envs, states):
         e.restore(s.env_snap)
+        if fresh_env_randomness and hasattr(e, "reseed"):
+            e.reseed(rs.getrandbits(63))
     turns: list[list[Turn]] = [[] for _ in envs]
     active = [i for i, (e, s) in enumerate(zip(envs, states)) if not s.done and s.step < e.max_steps]
     rng = random.Random(seed)
@@ -180,7 +189,8 @@ def continue_from(agent: Agent, envs: list[Env], start: AgentState, K: int, temp
     Returns the final states; `final.info['won']` / `['score']` are the outcomes. The step budget
     is what the episode has left (`start.step` counts against `env.max_steps`)."""
     assert len(envs) >= K
-    _, finals = run_episodes(agent, envs[:K], [start] * K, temperature, seed, purpose, keep_states=False)
+    _, finals = run_episodes(agent, envs[:K], [start] * K, temperature, seed, purpose, keep_states=False,
+                             fresh_env_randomness=True)
     return finals
 
 

@@ -12,8 +12,9 @@ and sample K current-policy continuations from each, with the episode's remainin
     Δ̂ = mean_k R_post,k − mean_k R_pre,k,      SE(Δ̂) = sqrt(s²_post/K + s²_pre/K)
 
 with binary R (success) and s² the unbiased sample variance. Given the segment, Δ̂ is an unbiased
-estimate of A_seg when restoring is exact — which our snapshots guarantee (the env's RNG is part of
-the snapshot; envs without snapshots replay deterministically).
+estimate of A_seg when restoring is exact — which our snapshots guarantee (agent context and env
+state are restored exactly; an env with randomness left redraws it per continuation, so V(s) averages
+over it rather than over one fixed draw — see `rollout.run_episodes(fresh_env_randomness=...)`).
 
 What it does not guarantee: with K = 8 and success rates near 0.5, SE ≈ 0.25, as large as a typical
 bonus; thresholding at Δ̂ > 0 then gives zero-value segments a positive expected bonus. `margin`
@@ -68,5 +69,5 @@ def continue_from_both(agent, envs, s_pre, s_post, K, temperature, seed):
     from rollout import run_episodes
     assert len(envs) >= 2 * K
     _, finals = run_episodes(agent, envs[:2 * K], [s_pre] * K + [s_post] * K, temperature, seed,
-                             purpose="verify", keep_states=False)
+                             purpose="verify", keep_states=False, fresh_env_randomness=True)
     return finals

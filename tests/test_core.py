@@ -1,0 +1,186 @@
+"""Core pieces: tokenizer, HF generator log-probs, rollout + restore, GRPO advantages and loss.
+
+    python -m pytest -q tests/test_core.py
+"""
+import math
+import random
+
+import pytest
+import torch
+
+import envs
+import grpo
+import policy
+from rollout import Agent, AgentState, rollout_groups, run_episodes, start_state
+
+
+# --------------------------------------------------------------------------- tokenizer
+def test_tokenizer_roundtrip_no_unk_on_env_text():
+    spec = envs.get_spec("alfworld")
+    tok = policy.build_tokenizer(spec.vocabulary() + policy.template_texts(spec))
+    env = spec.make(split="train", seed=3)
+    rng = random.Random(0)
+    texts = []
+    for task in range(20):
+        obs, info = env.reset(task)
+        texts.append(obs)
+        for _ in range(15):
+            a = rng.choice(info["admissible"])
+            obs, _, done, info = env.step(a)
+            texts += [obs, a, "<action>" + a + "</action>"]
+            if done:
+                break
+    for t in texts:
+        ids = tok(t, add_special_tokens=False)["input_ids"]
+        assert tok.unk_token_id not in ids, t
+        assert tok.decode(ids) == t
+
+
+def test_chat_template_is_chatml():
+    tok = policy.build_tokenizer(["go to desk 1"])
+    s = tok.apply_chat_template([{"role": "user", "content": "go to desk 1"}], tokenize=False, add_generation_prompt=True)
+    assert s == "<|im_start|>user\ngo to desk 1<|im_end|>\n<|im_start|>assistant\n"
+    assert policy.stop_ids(tok) == sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")})
+
+
+# --------------------------------------------------------------------------- generator
+def test_sampling_logprobs_equal_teacher_forced(tiny_alfworld):
+    spec, model, tok, _ = tiny_alfworld
+    gen = policy.HFGenerator(model, tok)
+    agent = Agent(gen, tok, spec)
+    env = spec.make(split="train", seed=0)
+    prompts = [agent.prompt_ids(start_state(env, t)) for t in range(6)]
+    for T in (1.0, 0.7):
+        samples = gen.generate(prompts, 16, T, seed=1)
+        rows = [grpo.Row(p, s.ids, s.logprobs, 1.0) for p, s in zip(prompts, samples)]
+        ids, attn, mask, old, _ = grpo.collate(rows, tok.pad_token_id)
+        with torch.no_grad():
+            lp = grpo.token_logprobs(model, ids, attn, mask, T)
+        assert float(((lp - old).abs() * mask).max()) < 1e-4
+    # same seed → same samples
+    a = gen.generate(prompts, 16, 1.0, seed=5)
+    b = gen.generate(prompts, 16, 1.0, seed=5)
+    assert [s.ids for s in a] == [s.ids for s in b]
+
+
+def test_generation_stops_at_eos(tiny_alfworld):
+    spec, model, tok, _ = tiny_alfworld
+    gen = policy.HFGenerator(model, tok)
+    prompts = [Agent(gen, tok, spec).prompt_ids(start_state(spec.make(split="train"), 0))]
+    for s in gen.generate(prompts * 8, 24, 1.0, seed=0):
+        stops = [i for i, t in enumerate(s.ids) if t in policy.stop_ids(tok)]
+        assert stops in ([], [len(s.ids) - 1])
+        assert len(s.ids) == len(s.logprobs) <= 24
+
+
+# --------------------------------------------------------------------------- rollout / restore
+def test_restore_reproduces_prompt_and_env(tiny_alfworld):
+    spec, model, tok, _ = tiny_alfworld
+    agent = Agent(policy.HFGenerator(model, tok), tok, spec)
+    envs_ = [spec.make(split="train", seed=0) for _ in range(4)]
+    groups = rollout_groups(agent, envs_, [11, 12], 2, 1.0, seed=3)
+    env = spec.make(split="train", seed=0)
+    checked = 0
+    for g in groups:
+        for tr in g:
+            assert len(tr.turns) >= 1 and tr.turns[-1].done
+            for tn in tr.turns[::3]:
+                s = tn.state
+                assert agent.prompt_ids(s) == tn.prompt_ids        # exact agent context
+                env.restore(s.env_snap)
+                obs, r, done, _ = env.step(tn.action)              # exact env state
+                assert (obs, r, done) == (tn.next_obs, tn.reward, tn.done)
+                checked += 1
+    assert checked > 4
+    assert agent.counter["tokens/rollout"] == sum(len(tn.action_ids) for g in groups for tr in g for tn in tr.turns)
+    assert agent.counter["env_steps/rollout"] == sum(len(tr.turns) for g in groups for tr in g)
+
+
+def test_continuation_has_remaining_budget(tiny_alfworld):
+    spec, model, tok, _ = tiny_alfworld
+    agent = Agent(policy.HFGenerator(model, tok), tok, spec)
+    env = spec.make(split="train", seed=0, max_steps=6)
+    s = start_state(env, 3)
+    env.restore(s.env_snap)
+    obs, _, _, info = env.step("look")
+    s2 = AgentState(env.snapshot(), obs, info, ((s.obs, "look"),), 1)
+    turns, finals = run_episodes(agent, [spec.make(split="train", seed=0, max_steps=6) for _ in range(3)],
+                                 [s2] * 3, 1.0, seed=0, purpose="verify")
+    for ts, f in zip(turns, finals):
+        assert len(ts) <= 5 and f.step <= 6
+    assert agent.counter["tokens/verify"] > 0 and agent.counter["tokens/rollout"] == 0
+
+
+# --------------------------------------------------------------------------- GRPO
+@pytest.mark.parametrize("norm_std", [False, True])
+def test_group_advantages_match_loop(norm_std):
+    g = torch.Generator().manual_seed(0)
+    R = (torch.rand((7, 8), generator=g) > 0.6).double()
+    R[0] = 1.0                                   # all-equal group
+    vec = grpo.group_advantages(R, norm_std)
+    ref = grpo.group_advantages_loop(R.tolist(), norm_std)
+    assert torch.allclose(vec, torch.tensor(ref, dtype=torch.float64), atol=1e-9)
+    assert torch.all(vec[0] == 0)
+
+
+def test_group_advantage_edge_cases():
+    assert grpo.group_advantages(torch.tensor([[1.0]])).tolist() == [[0.0]]      # singleton: no baseline
+    assert grpo.group_advantages_loop([[1.0]]) == [[0.0]]
+    A = grpo.group_advantages(torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+    assert A.tolist() == [[0.75, -0.25, -0.25, -0.25]]                        # R − mean, no std
+    A = grpo.group_advantages(torch.tensor([[1.0, 0.0]]), norm_std=True)
+    assert math.isclose(A[0, 0].item(), 0.5 / (math.sqrt(0.5) + 1e-6), rel_tol=1e-6)
+
+
+def _loss_loop(logp, old, adv, mask, eps=0.2):
+    num, den = 0.0, 0.0
+    for b in range(len(logp)):
+        for t in range(len(logp[0])):
+            if mask[b][t]:
+                r = math.exp(logp[b][t] - old[b][t])
+                a = adv[b][t]
+                num += max(-a * r, -a * min(max(r, 1 - eps), 1 + eps))
+                den += 1
+    return num / den
+
+
+def test_ppo_clip_loss_matches_loop():
+    g = torch.Generator().manual_seed(1)
+    logp = -torch.rand((4, 9), generator=g) * 3
+    old = logp + (torch.rand((4, 9), generator=g) - 0.5)
+    adv = torch.randn((4, 9), generator=g)
+    mask = (torch.rand((4, 9), generator=g) > 0.4).float()
+    loss, _ = grpo.ppo_clip_loss(logp, old, adv, mask)
+    assert math.isclose(loss.item(), _loss_loop(logp.tolist(), old.tolist(), adv.tolist(), mask.tolist()), rel_tol=1e-5)
+
+
+def test_collate_masks_only_action_tokens():
+    rows = [grpo.Row([1, 2, 3], [7, 8], [-0.1, -0.2], 0.5), grpo.Row([4], [9], [-0.3], -1.0)]
+    ids, attn, mask, old, adv = grpo.collate(rows, pad_id=0)
+    assert ids.tolist() == [[1, 2, 3, 7, 8], [4, 9, 0, 0, 0]]
+    assert mask.tolist() == [[0, 0, 1, 1], [1, 0, 0, 0]]        # targets 7, 8 | 9
+    assert adv.tolist() == [[0, 0, 0.5, 0.5], [-1.0, 0, 0, 0]]
+    assert old[0, 2:].tolist() == pytest.approx([-0.1, -0.2])
+
+
+def test_update_skips_nonfinite_loss(tiny_alfworld):
+    spec, model, tok, _ = tiny_alfworld
+    import copy
+    m = copy.deepcopy(model)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    rows = [grpo.Row([5, 6, 7], [8, 9], [float("nan"), -1.0], 1.0)]
+    st = grpo.update(m, opt, rows, grpo.UpdateCfg(), tok.pad_token_id)
+    assert st["train/skipped_nonfinite"] == 1
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+    st = grpo.update(m, opt, [grpo.Row([5, 6, 7], [8, 9], [-2.0, -1.0], 1.0)], grpo.UpdateCfg(), tok.pad_token_id)
+    assert st["train/skipped_nonfinite"] == 0
+    assert any(not torch.equal(before[k], v) for k, v in m.state_dict().items())
+
+
+def test_invalid_format_penalty_on_turn_only():
+    from rollout import Trajectory, Turn
+    def tr(i, won, valids):
+        return Trajectory(i, 0, 0, "t", "x", [Turn(t, "o", [], "x", "a", v, "o", 0.0, False) for t, v in enumerate(valids)], won, float(won))
+    adv = grpo.trajectory_advantages([[tr(0, True, [True, False]), tr(1, False, [True])]], invalid_penalty=0.1)
+    assert adv == [[[0.5, 0.4], [-0.5]]]
