@@ -24,6 +24,10 @@ from collections import Counter
 
 import verify
 
+SEGMENTS_HEADER = ("# Credited segments\n\nEach entry: the judge's proposal on one eligible group, the "
+                   "segment's turns verbatim, the verified advantage Δ̂ ± SE, and whether credit was "
+                   "applied (or why the proposal was dropped).\n\n")
+
 
 def eligible(group, min_success: int, max_success: int) -> bool:
     """Mixed outcome with min..max successes (the paper: 1..3 of 8)."""
@@ -75,9 +79,7 @@ def credit(groups, adv, run) -> dict:
     if report:
         with open(os.path.join(run.out, "segments.md"), "a") as f:
             if f.tell() == 0:
-                f.write("# ProVer segments\n\nEach entry: the judge's proposal on one eligible group, "
-                        "the segment's turns verbatim, the verified advantage Δ̂ ± SE, and whether credit "
-                        "was applied (or why the proposal was dropped).\n\n")
+                f.write(SEGMENTS_HEADER)
             f.write("\n".join(report))
     n_valid = st["valid"] + st["repaired"]
     out = {f"prover/{k}": v for k, v in st.items() if k != "seg_turns"}

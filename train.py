@@ -114,7 +114,28 @@ class Config:
     margin: float = 0.0
     """credit only if Δ̂ > margin (0 = the paper's Δ̂ > 0)"""
     # --- baselines (baselines.py)
-    # (fields added by baselines.py's author go here)
+    matched_extra: float = 0.25
+    """grpo-matched: extra rollout tokens per update as a share of GRPO's (default: ProVer's measured overhead, see baselines.py)"""
+    matched_tokens: int = 0
+    """grpo-matched: explicit extra generated tokens per update (overrides matched_extra when > 0)"""
+    gigpo_gamma: float = 0.95
+    """gigpo: discount γ of the step returns"""
+    gigpo_omega: float = 1.0
+    """gigpo: weight ω of the step advantage (A = A^E + ω·A^S)"""
+    gigpo_mode: str = "mean_norm"
+    """gigpo: mean_norm (no std, the repo default) | mean_std_norm (divide by std + 1e-6)"""
+    gigpo_similarity: float = 0.0
+    """gigpo: anchor states match exactly (0) or by difflib ratio >= this (e.g. 0.9)"""
+    spo_interval: int = 5
+    """spo-chain: a segment boundary every k turns"""
+    spo_n: int = 4
+    """spo-chain: Monte-Carlo continuations per boundary"""
+    spo_tree_depths: str = "3,6"
+    """spo-tree: turn depths where every running branch branches (comma-separated)"""
+    spo_tree_branch: int = 2
+    """spo-tree: children per branching node (the branch itself + b-1 new continuations)"""
+    critic_alpha: float = 0.25
+    """criticsearch: weight α of the normalised turn labels (A = A^GRPO + α·Â)"""
     # --- judge backends (judge.py)
     judge_url: str = ""
     """openai judge: base URL of an OpenAI-compatible endpoint (else $OPENAI_BASE_URL)"""
@@ -443,6 +464,12 @@ def train(cfg: Config) -> str:
                     model_dir=model_dir, env_kwargs=env_kw)
     with open(os.path.join(cfg.out, "config.json"), "w") as f:
         json.dump(resolved, f, indent=1)
+    if cfg.method in ("prover", "criticsearch"):  # the segment report exists from the start
+        import prover
+        seg = os.path.join(cfg.out, "segments.md")
+        if not os.path.exists(seg):
+            with open(seg, "w") as f:
+                f.write(prover.SEGMENTS_HEADER)
     mpath = os.path.join(cfg.out, "metrics.jsonl")
     rows = read_metrics(mpath, upto=start)
     with open(mpath, "w") as f:  # drop rows past the checkpoint (a resumed run re-does them)

@@ -1,0 +1,110 @@
+"""End-to-end: `train.py` as a user runs it, with tiny settings (subprocesses).
+
+    python -m pytest -q tests/test_train.py
+
+Checks the run-directory contract (config.json, metrics.jsonl, curves.png, segments.md,
+checkpoint/), that --resume continues from the saved step, and the bad-input paths: unknown flag
+value, missing model path, corrupt checkpoint, Ctrl-C.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--tiny-hidden", "64", "--tiny-layers", "2", "--bc-episodes", "20", "--bc-steps", "30",
+        "--group-size", "4", "--tasks-per-iter", "2", "--max-steps", "8", "--eval-episodes", "4",
+        "--max-new-tokens", "16"]
+
+
+def run(args, cache, timeout=600, **kw):
+    env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args, "--cache-dir", str(cache)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env, **kw)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def metrics(out):
+    return [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
+
+
+def test_default_prover_run_writes_contract_and_resumes(tmp_path, cache):
+    out = tmp_path / "run"
+    r = run(["--env", "alfworld", "--iters", "2", "--eval-every", "1", "--checkpoint-every", "1", "--out", str(out), *TINY], cache)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "using the built-in simulator" in r.stdout + r.stderr      # which ALFWorld backend, said once
+    cfg = json.load(open(out / "config.json"))
+    assert cfg["method"] == "prover" and cfg["env"] == "alfworld" and "built-in" in cfg["env_backend_resolved"]
+    rows = metrics(out)
+    assert [r_["step"] for r_ in rows] == [0, 1, 2]
+    for k in ("train/success", "eval/success", "tokens/rollout", "tokens/verify", "tokens/judge", "env_steps/total", "time/iter_s"):
+        assert k in rows[-1], k
+    assert rows[1]["tokens/rollout"] > 0 and rows[1]["env_steps/total"] > 0
+    assert (out / "curves.png").stat().st_size > 1000
+    assert (out / "segments.md").exists()
+    ck = out / "checkpoint"
+    assert {"model.safetensors", "config.json", "trainer.pt", "state.json"} <= set(os.listdir(ck))
+    assert json.load(open(ck / "state.json"))["step"] == 2
+    # resume: continues at step 3, does not restart (no warm-start eval row, steps 0..3 once each)
+    r = run(["--env", "alfworld", "--iters", "3", "--eval-every", "1", "--out", str(out), "--resume", *TINY], cache)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resuming" in r.stdout + r.stderr and "step 2" in r.stdout + r.stderr
+    assert [r_["step"] for r_ in metrics(out)] == [0, 1, 2, 3]
+    assert json.load(open(ck / "state.json"))["step"] == 3
+
+
+def test_bad_flag_value_one_line_error(tmp_path, cache):
+    r = run(["--method", "nope", "--out", str(tmp_path)], cache, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "--method" in r.stderr and "nope" in r.stderr
+
+
+def test_missing_model_path_one_line_error(tmp_path, cache):
+    r = run(["--model", str(tmp_path / "no-such-model"), "--iters", "1", "--out", str(tmp_path / "o")], cache, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith("train.py: error: --model")
+    assert "Traceback" not in r.stderr
+
+
+def test_corrupt_checkpoint_one_line_error(tmp_path, cache):
+    out = tmp_path / "run"
+    (out / "checkpoint").mkdir(parents=True)
+    (out / "checkpoint" / "state.json").write_text("{not json")
+    r = run(["--resume", "--iters", "1", "--out", str(out), *TINY], cache, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "corrupt checkpoint" in r.stderr.strip().splitlines()[-1]
+
+
+def test_missing_official_alfworld_data_one_line_error(tmp_path):
+    env = dict(os.environ, ALFWORLD_DATA=str(tmp_path / "nodata"))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--env-backend", "real", "--iters", "1",
+                        "--out", str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert "nodata" in last and "alfworld-download" in last
+
+
+def test_ctrl_c_leaves_loadable_checkpoint(tmp_path, cache):
+    out = tmp_path / "run"
+    env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONUNBUFFERED="1")
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), "--method", "grpo", "--iters", "200",
+                          "--eval-every", "0", "--checkpoint-every", "1", "--out", str(out), "--cache-dir", str(cache), *TINY],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 400
+    while time.time() < deadline and not (out / "checkpoint" / "state.json").exists():
+        time.sleep(0.5)
+    time.sleep(1.0)  # interrupt somewhere in the middle of the next update (or a checkpoint write)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-2000:]
+    assert "last complete checkpoint" in err
+    r = run(["--method", "grpo", "--resume", "--iters", "1", "--eval-every", "0", "--out", str(out), *TINY], cache, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
