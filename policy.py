@@ -159,17 +159,25 @@ class HFGenerator:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float,
-                 seed: int | None = None) -> list[Sample]:
+                 seed: int | None = None, row_seeds: list[int] | None = None) -> list[Sample]:
+        """One sample per prompt. Each row draws from its own seeded stream (`row_seeds`, else
+        derived from `seed` and the row index), so a row's sample does not depend on which other
+        prompts share its batch — the property that makes data-parallel rollouts reproduce a
+        single-process run, and continuations reproducible."""
+        if row_seeds is None:
+            base = seed if seed is not None else random.getrandbits(31)
+            row_seeds = [hash((base, i)) & 0x7FFFFFFF for i in range(len(prompts))]
         out: list[Sample] = []
-        g = torch.Generator().manual_seed(seed if seed is not None else random.getrandbits(31))
         for i in range(0, len(prompts), self.max_batch):
-            out += self._generate(prompts[i:i + self.max_batch], max_new_tokens, temperature, g)
+            out += self._generate(prompts[i:i + self.max_batch], max_new_tokens, temperature,
+                                  row_seeds[i:i + self.max_batch])
         return out
 
-    def _generate(self, prompts, max_new, temperature, g) -> list[Sample]:
+    def _generate(self, prompts, max_new, temperature, row_seeds) -> list[Sample]:
         was_training = self.model.training
         self.model.eval()
         B, L = len(prompts), max(len(p) for p in prompts)
+        gens = [torch.Generator().manual_seed(int(s)) for s in row_seeds]
         ids = torch.full((B, L), self.pad, dtype=torch.long)                 # (B, L) left-padded
         mask = torch.zeros((B, L), dtype=torch.long)
         for b, p in enumerate(prompts):
@@ -183,8 +191,10 @@ class HFGenerator:
         n = 0
         for n in range(1, max_new + 1):
             if temperature > 0:
-                logp = F.log_softmax(logits.float() / temperature, -1)
-                tok = torch.multinomial(logp.exp(), 1, generator=g).squeeze(-1)  # (B,)
+                logp = F.log_softmax(logits.float() / temperature, -1)      # (B, V)
+                # Gumbel-max with each row's own stream ≡ a categorical sample from softmax(logp)
+                u = torch.stack([torch.rand(logp.shape[-1], generator=g) for g in gens])  # (B, V)
+                tok = (logp - torch.log(-torch.log(u.clamp(1e-20, 1.0)))).argmax(-1)      # (B,)
             else:
                 logp = F.log_softmax(logits.float(), -1)
                 tok = logp.argmax(-1)

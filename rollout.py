@@ -24,7 +24,6 @@ Costs: every generated token and env step is added to a `Counter` under its purp
 """
 from __future__ import annotations
 
-import copy
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -112,8 +111,8 @@ def start_state(env: Env, task: int) -> AgentState:
 
 def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temperature: float,
                  seed: int, purpose: str, keep_states: bool = True,
-                 progress: Callable[[int], None] | None = None, fresh_env_randomness: bool = False
-                 ) -> tuple[list[list[Turn]], list[AgentState]]:
+                 progress: Callable[[int], None] | None = None, fresh_env_randomness: bool = False,
+                 episode_ids: list[int] | None = None) -> tuple[list[list[Turn]], list[AgentState]]:
     """Play one episode per (env, start) to the end; returns the turns of each and the final
     states (whose `info` holds won/score). `envs[i]` is restored to `starts[i]` first, so the same
     env objects can be reused for any start.
@@ -132,10 +131,13 @@ def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temper
             e.reseed(rs.getrandbits(63))
     turns: list[list[Turn]] = [[] for _ in envs]
     active = [i for i, (e, s) in enumerate(zip(envs, states)) if not s.done and s.step < e.max_steps]
-    rng = random.Random(seed)
+    # every (episode, turn) has its own sampling seed: an episode's samples do not depend on the
+    # batch it shares (data-parallel ranks reproduce a single-process run)
+    eids = episode_ids if episode_ids is not None else list(range(len(envs)))
     while active:
         prompts = [agent.prompt_ids(states[i]) for i in active]
-        samples = agent.gen.generate(prompts, agent.max_new_tokens, temperature, seed=rng.getrandbits(31))
+        seeds = [hash((seed, eids[i], len(turns[i]))) & 0x7FFFFFFF for i in active]
+        samples = agent.gen.generate(prompts, agent.max_new_tokens, temperature, row_seeds=seeds)
         agent.counter[f"tokens/{purpose}"] += sum(len(s.ids) for s in samples)
         agent.counter[f"env_steps/{purpose}"] += len(active)
         still = []
@@ -172,15 +174,19 @@ def make_trajectories(turns: list[list[Turn]], finals: list[AgentState], group_i
 
 def rollout_groups(agent: Agent, envs: list[Env], tasks: list[int], G: int, temperature: float,
                    seed: int, purpose: str = "rollout", keep_states: bool = True,
-                   progress=None) -> list[list[Trajectory]]:
+                   progress=None, positions: list[int] | None = None) -> list[list[Trajectory]]:
     """G episodes of each task (a GRPO group shares its task and initial state). `envs` must
-    hold at least len(tasks)*G envs of the right split."""
+    hold at least len(tasks)*G envs of the right split. `positions`: each task's index in the
+    global batch (data parallel), which fixes its episodes' sampling seeds and group ids."""
     n = len(tasks) * G
     assert len(envs) >= n, f"need {n} envs, got {len(envs)}"
+    pos = positions if positions is not None else list(range(len(tasks)))
     starts = [start_state(envs[k * G + j], t) for k, t in enumerate(tasks) for j in range(G)]
-    turns, finals = run_episodes(agent, envs[:n], starts, temperature, seed, purpose, keep_states, progress)
-    return [make_trajectories(turns[k * G:(k + 1) * G], finals[k * G:(k + 1) * G], gid, t)
-            for gid, (k, t) in enumerate(zip(range(len(tasks)), tasks))]
+    eids = [pos[k] * G + j for k in range(len(tasks)) for j in range(G)]
+    turns, finals = run_episodes(agent, envs[:n], starts, temperature, seed, purpose, keep_states, progress,
+                                 episode_ids=eids)
+    return [make_trajectories(turns[k * G:(k + 1) * G], finals[k * G:(k + 1) * G], pos[k], t)
+            for k, t in enumerate(tasks)]
 
 
 def continue_from(agent: Agent, envs: list[Env], start: AgentState, K: int, temperature: float,

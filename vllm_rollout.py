@@ -159,8 +159,9 @@ class VLLMGenerator:
         self.device = "cpu" if on_cpu else "cuda"
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float,
-                 seed: int | None = None) -> list[Sample]:
-        """Sample one continuation per prompt. temperature 0 = greedy (log-probs then at T=1)."""
+                 seed: int | None = None, row_seeds: list[int] | None = None) -> list[Sample]:
+        """Sample one continuation per prompt. temperature 0 = greedy (log-probs then at T=1).
+        `row_seeds` (one per prompt) overrides the per-request seeds derived from `seed`."""
         if seed is None:
             seed, self._next_seed = self._next_seed, self._next_seed + 1
         for p in prompts:   # vLLM rejects over-long prompts per request; say which budget is hit
@@ -171,7 +172,8 @@ class VLLMGenerator:
             max_tokens=max_new_tokens, temperature=temperature, logprobs=0,
             stop_token_ids=self.stop_token_ids, ignore_eos=True,   # stop on exactly these ids
             detokenize=False,                                      # ids only; no text needed
-            seed=_request_seed(seed, i)) for i in range(len(prompts))]
+            seed=_request_seed(seed, i) if row_seeds is None else int(row_seeds[i]))
+            for i in range(len(prompts))]
         outs = self.llm.generate([self._TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
                                  params, use_tqdm=False)
         samples = []

@@ -38,10 +38,10 @@ class KnownPolicy:
     def sync(self, model):
         pass
 
-    def generate(self, prompts, max_new_tokens, temperature, seed=None):
-        rng = random.Random(seed)
+    def generate(self, prompts, max_new_tokens, temperature, seed=None, row_seeds=None):
         out = []
-        for p in prompts:
+        for i, p in enumerate(prompts):
+            rng = random.Random(row_seeds[i] if row_seeds is not None else hash((seed, i)))
             text = self.tok.decode(p)
             current = text.rsplit("obs:", 1)[-1]
             if "A key lies here" in current and rng.random() < self.q:
