@@ -119,13 +119,14 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Ten
     The LM head and softmax run only on masked (action) positions — ~10x fewer than all
     positions here, and the head over the vocabulary is the most expensive layer of a tiny model.
     The temperature matches the one used for sampling so ρ compares the same distributions."""
-    h = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]  # (B, T-1, H)
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model        # PEFT/LoRA
+    h = lm.base_model(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]   # (B, T-1, H)
     sel = mask.bool()                                                                  # (B, T-1)
-    logits = model.get_output_embeddings()(h[sel]).float()                            # (M, V)
+    logits = lm.get_output_embeddings()(h[sel]).float()                               # (M, V)
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     lp = torch.gather(F.log_softmax(logits, -1), -1, ids[:, 1:][sel][:, None]).squeeze(-1)  # (M,)
-    out = torch.zeros(mask.shape, dtype=lp.dtype)                                     # (B, T-1)
+    out = torch.zeros(mask.shape, dtype=lp.dtype, device=lp.device)                  # (B, T-1)
     out[sel] = lp
     return out
 
@@ -164,44 +165,66 @@ class UpdateCfg:
     max_grad_norm: float = 1.0
     temperature: float = 1.0
     micro_tokens: int = 8192       # padded tokens per forward pass (memory knob)
+    bf16: bool = False             # bf16 autocast for the forward passes (real models on GPU)
+
+
+def _all_reduce(x: torch.Tensor) -> torch.Tensor:
+    """Sum over data-parallel ranks (identity in a single process)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(x)
+    return x
 
 
 def update(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=None) -> dict:
     """One optimizer step on all rows (token-mean over the whole batch, gradient accumulation
-    over micro-batches). Returns metrics; `skipped` = 1 if the step was dropped (non-finite)."""
+    over micro-batches). Returns metrics; `skipped` = 1 if the step was dropped (non-finite).
+
+    Data parallel (torchrun): each rank holds its own groups' rows. The token count is summed
+    over ranks first, each rank's loss is its token-sum / the *global* count, and gradients are
+    summed over ranks — so every rank takes exactly the step a single process would take on the
+    union of the rows, and the weights stay identical without a DDP wrapper."""
     if cfg.kl_coef == 0:
         rows = [r for r in rows if r.adv != 0.0]                     # deviation 3
-    if not rows:
-        return {"loss/pg": 0.0, "train/rows": 0, "train/skipped_nonfinite": 0, "train/grad_norm": 0.0}
     rows = sorted(rows, key=lambda r: len(r.prompt_ids) + len(r.action_ids))
-    n_tok = sum(len(r.action_ids) for r in rows)
+    dev = next(model.parameters()).device
+    n_tok = int(_all_reduce(torch.tensor([float(sum(len(r.action_ids) for r in rows))], device=dev)).item())
+    if n_tok == 0:
+        return {"loss/pg": 0.0, "train/rows": 0, "train/tokens_trained": 0, "train/skipped_nonfinite": 0,
+                "train/grad_norm": 0.0}
     model.train()
     opt.zero_grad(set_to_none=True)
-    total, agg = 0.0, {"clipfrac": 0.0, "kl": 0.0, "ratio": 0.0}
+    agg = torch.zeros(4, device=dev)                                 # loss, clipfrac, kl, ratio sums
     i = 0
     while i < len(rows):
         j = i + 1
         while j < len(rows) and (j + 1 - i) * (len(rows[j].prompt_ids) + len(rows[j].action_ids)) <= cfg.micro_tokens:
             j += 1
-        ids, attn, mask, old, adv = collate(rows[i:j], pad_id)
-        logp = token_logprobs(model, ids, attn, mask, cfg.temperature)
-        ref = None
-        if ref_model is not None and cfg.kl_coef > 0:
-            with torch.no_grad():
-                ref = token_logprobs(ref_model, ids, attn, mask, cfg.temperature)
+        ids, attn, mask, old, adv = (t.to(dev) for t in collate(rows[i:j], pad_id))
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            logp = token_logprobs(model, ids, attn, mask, cfg.temperature)
+            ref = None
+            if ref_model is not None and cfg.kl_coef > 0:
+                with torch.no_grad():
+                    ref = token_logprobs(ref_model, ids, attn, mask, cfg.temperature)
         loss, st = ppo_clip_loss(logp, old, adv, mask, cfg.clip_low, cfg.clip_high, ref, cfg.kl_coef, denom=n_tok)
         loss.backward()
-        total += loss.item()
-        for k in agg:
-            agg[k] += st[k]
+        agg += torch.tensor([loss.item(), st["clipfrac"], st["kl"], st["ratio"]], device=dev)
         i = j
-    gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:                                                 # sum gradients over ranks
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        _all_reduce(p.grad)
+    _all_reduce(agg)
+    gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+    total = agg[0].item()
     skipped = not (math.isfinite(total) and math.isfinite(float(gn)))
     if skipped:
         opt.zero_grad(set_to_none=True)                              # deviation 4
     else:
         opt.step()
     return {"loss/pg": total, "train/rows": len(rows), "train/tokens_trained": n_tok,
-            "train/clipfrac": agg["clipfrac"] / n_tok, "train/kl": agg["kl"] / n_tok,
-            "train/ratio": agg["ratio"] / n_tok, "train/grad_norm": float(gn),
+            "train/clipfrac": agg[1].item() / n_tok, "train/kl": agg[2].item() / n_tok,
+            "train/ratio": agg[3].item() / n_tok, "train/grad_norm": float(gn),
             "train/skipped_nonfinite": int(skipped)}

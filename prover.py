@@ -66,7 +66,7 @@ def credit(groups, adv, run) -> dict:
         p = jr.proposal
         # 3. verify: 2K continuations from the restored boundary states
         v = verify.estimate(agent, run.envs(2 * cfg.verify_k), group[sid], p.start_turn, p.end_turn,
-                            cfg.verify_k, cfg.temperature, seed=hash((cfg.seed, run.step, g)) & 0x7FFFFFFF)
+                            cfg.verify_k, cfg.temperature, seed=hash((cfg.seed, run.step, group[sid].group_id)) & 0x7FFFFFFF)
         deltas.append(v.delta)
         st["seg_turns"] += p.end_turn - p.start_turn + 1
         # 4. credit (only if the segment verifiably helps)

@@ -158,8 +158,23 @@ class Config:
     """where warm-started tiny policies are cached (keyed by env + config)"""
     threads: int = 0
     """torch CPU threads (0 = auto: 1 for the tiny policy, whose ops are too small to split, all cores for --model)"""
+    # --- scale-out / real models
+    device: str = "auto"
+    """auto (cuda for --model when available, else cpu) | cpu | cuda"""
+    bf16: bool = False
+    """bf16 autocast in the update (real models on GPU)"""
+    grad_ckpt: bool = False
+    """gradient checkpointing (real models: trade compute for activation memory)"""
+    lora_r: int = 0
+    """LoRA rank via peft (0 = full fine-tuning); adapters on all attention and MLP projections"""
+    lora_alpha: int = 32
+    """LoRA alpha"""
     vllm_kv_bytes: int = 256 * 2**20
-    """vLLM KV-cache size in bytes on CPU"""
+    """vLLM KV-cache bytes on CPU (on GPU vLLM sizes it from --vllm-gpu-mem)"""
+    vllm_gpu_mem: float = 0.5
+    """vLLM: fraction of GPU memory for weights + KV cache (colocated with the trainer)"""
+    vllm_max_len: int = 4096
+    """vLLM: max prompt + response tokens"""
 
 
 CHOICES = {
@@ -169,6 +184,7 @@ CHOICES = {
     "rollout": ["hf", "vllm"],
     "preset": ["small", "full"],
     "env_backend": ["auto", "builtin", "real"],
+    "device": ["auto", "cpu", "cuda"],
 }
 
 
@@ -257,6 +273,51 @@ def model_setup(cfg: Config, spec, env_kw, log):
     return model, tok, folder
 
 
+def model_extras(cfg: Config, model, device):
+    """LoRA / gradient checkpointing / device placement for the policy being trained."""
+    if cfg.grad_ckpt:
+        model.gradient_checkpointing_enable()
+    if cfg.lora_r and not hasattr(model, "peft_config"):
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError:
+            raise ImportError("--lora-r needs peft: pip install peft") from None
+        model = get_peft_model(model, LoraConfig(
+            r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    return model.to(device)
+
+
+def dist_setup(cfg: Config):
+    """torchrun → (rank, world). Each rank owns whole groups; see grpo.update for the gradients."""
+    import torch
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1
+    import torch.distributed as dist
+    use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and cfg.model and torch.cuda.is_available())
+    if use_cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    return dist.get_rank(), world
+
+
+def barrier():
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def gather(obj, world: int) -> list:
+    """All ranks' objects (rank order); [obj] in a single process."""
+    if world == 1:
+        return [obj]
+    import torch.distributed as dist
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def generator_setup(cfg: Config, model, tok, model_dir: str):
     import policy
     if cfg.rollout == "hf":
@@ -265,7 +326,13 @@ def generator_setup(cfg: Config, model, tok, model_dir: str):
         import vllm_rollout
     except ImportError as e:
         raise ImportError(str(e).splitlines()[0]) from None
-    g = vllm_rollout.VLLMGenerator(model_dir, policy.stop_ids(tok), seed=cfg.seed, kv_cache_bytes=cfg.vllm_kv_bytes)
+    if cfg.lora_r:
+        raise ValueError("--rollout vllm with --lora-r is not supported yet (the engine would need merged weights each sync)")
+    import torch
+    on_gpu = torch.cuda.is_available()
+    g = vllm_rollout.VLLMGenerator(model_dir, policy.stop_ids(tok), seed=cfg.seed, max_model_len=cfg.vllm_max_len,
+                                   gpu_memory_utilization=cfg.vllm_gpu_mem,
+                                   kv_cache_bytes=None if on_gpu else cfg.vllm_kv_bytes)
     g.sync(model)
     return g
 
@@ -309,8 +376,9 @@ def save_checkpoint(out: str, model, tok, opt, step: int, counter: Counter, rng_
     shutil.rmtree(old, ignore_errors=True)
 
 
-def load_checkpoint(out: str):
-    """(model, tok, trainer state, step, counter). One clear error if it is missing or corrupt."""
+def load_checkpoint(out: str, base_model: str = ""):
+    """(model, tok, trainer state, step, counter). One clear error if it is missing or corrupt.
+    A LoRA checkpoint holds only the adapters: they are applied to `base_model` (--model)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     d = os.path.join(out, "checkpoint")
@@ -322,7 +390,12 @@ def load_checkpoint(out: str):
         with open(os.path.join(d, "state.json")) as f:
             st = json.load(f)
         tok = AutoTokenizer.from_pretrained(d, padding_side="left")
-        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+        if os.path.exists(os.path.join(d, "adapter_config.json")):
+            from peft import PeftModel
+            model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32),
+                                              d, is_trainable=True)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
         tr = torch.load(os.path.join(d, "trainer.pt"), weights_only=False)
     except Exception as e:  # any unreadable part means the checkpoint is unusable
         raise ValueError(f"--resume: corrupt checkpoint {d}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
@@ -419,37 +492,61 @@ def credit_methods():
     return methods
 
 
-def train(cfg: Config) -> str:
-    import torch
-    from tqdm import tqdm
-    import grpo
-    from rollout import Agent, rollout_groups
+@dataclass
+class Trainer:
+    """Everything the loop holds between updates."""
+    cfg: Config
+    rank: int
+    world: int
+    model: object
+    tok: object
+    opt: object
+    gen: object
+    run: Run
+    ucfg: object
+    ref: object
+    py_rng: random.Random
+    train_envs: list
+    eval_envs: list
+    eval_split: str
+    rows: list                        # metrics rows so far (rank 0)
+    start: int
 
-    cfg.out = cfg.out or os.path.join("runs", f"{cfg.env}-{cfg.method}-s{cfg.seed}")
-    os.makedirs(cfg.out, exist_ok=True)
-    log = tqdm.write
-    torch.set_num_threads(cfg.threads or (os.cpu_count() or 1 if cfg.model else 1))
+
+def setup(cfg: Config, log) -> Trainer:
+    import torch
+    import grpo
+    from rollout import Agent
+    rank, world = dist_setup(cfg)
+    torch.set_num_threads(cfg.threads or ((os.cpu_count() or 1) // world if cfg.model else 1))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     methods = credit_methods()
     if cfg.method not in methods:
         raise ValueError(f"--method {cfg.method}: not available in this build (have {sorted(methods)})")
-
     spec, env_kw, backend_line, eval_split = env_setup(cfg, log)
+    device = cfg.device if cfg.device != "auto" else ("cuda" if cfg.model and torch.cuda.is_available() else "cpu")
+    if device == "cuda":
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     start, counter, trainer_state = 0, Counter(), None
     if cfg.resume:
-        model, tok, trainer_state, start, counter = load_checkpoint(cfg.out)
+        model, tok, trainer_state, start, counter = load_checkpoint(cfg.out, cfg.model)
         model_dir = os.path.join(cfg.out, "checkpoint")
         log(f"resuming from {cfg.out}/checkpoint at step {start}")
     else:
+        if rank != 0:
+            barrier()                  # rank 0 builds (or loads) the warm start first; then a cache hit
         model, tok, model_dir = model_setup(cfg, spec, env_kw, log)
+        if rank == 0:
+            barrier()
+    model = model_extras(cfg, model, device)
     gen = generator_setup(cfg, model, tok, model_dir)
     agent = Agent(gen, tok, spec, compact=not (cfg.chat_prompt or cfg.model), history_len=cfg.history_len,
                   max_new_tokens=cfg.max_new_tokens, counter=counter)
     run = Run(cfg, agent, spec, env_kw, [], judge_setup(cfg, model, tok), cfg.out, start)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
     ucfg = grpo.UpdateCfg(lr=cfg.lr, clip_low=cfg.clip, clip_high=cfg.clip, kl_coef=cfg.kl_coef,
-                          temperature=cfg.temperature, micro_tokens=cfg.micro_tokens)
+                          temperature=cfg.temperature, micro_tokens=cfg.micro_tokens, bf16=cfg.bf16)
     ref = None
     if cfg.kl_coef > 0:
         import copy
@@ -459,12 +556,21 @@ def train(cfg: Config) -> str:
         opt.load_state_dict(trainer_state["optimizer"])
         py_rng.setstate(trainer_state["rng"]["py"])
         torch.set_rng_state(trainer_state["rng"]["torch"])
+    rows = []
+    if rank == 0:
+        rows = write_run_files(cfg, backend_line, eval_split, model_dir, env_kw, start)
+    n_local = len(range(rank, cfg.tasks_per_iter, world))
+    train_envs = [spec.make(split=spec.splits[0], seed=cfg.seed, **env_kw) for _ in range(n_local * cfg.group_size)]
+    return Trainer(cfg, rank, world, model, tok, opt, gen, run, ucfg, ref, py_rng, train_envs, [], eval_split, rows, start)
 
+
+def write_run_files(cfg: Config, backend_line, eval_split, model_dir, env_kw, start) -> list[dict]:
+    """config.json, an empty segments.md (ProVer/CriticSearch), metrics.jsonl cut at `start`."""
     resolved = dict(asdict(cfg), env_backend_resolved=backend_line, eval_split_resolved=eval_split,
-                    model_dir=model_dir, env_kwargs=env_kw)
+                    model_dir=model_dir, env_kwargs=env_kw, world_size=int(os.environ.get("WORLD_SIZE", "1")))
     with open(os.path.join(cfg.out, "config.json"), "w") as f:
         json.dump(resolved, f, indent=1)
-    if cfg.method in ("prover", "criticsearch"):  # the segment report exists from the start
+    if cfg.method in ("prover", "criticsearch"):
         import prover
         seg = os.path.join(cfg.out, "segments.md")
         if not os.path.exists(seg):
@@ -474,76 +580,122 @@ def train(cfg: Config) -> str:
     rows = read_metrics(mpath, upto=start)
     with open(mpath, "w") as f:  # drop rows past the checkpoint (a resumed run re-does them)
         f.writelines(json.dumps(r) + "\n" for r in rows)
-    train_envs = [spec.make(split=spec.splits[0], seed=cfg.seed, **env_kw) for _ in range(cfg.tasks_per_iter * cfg.group_size)]
-    eval_envs: list = []
-    G = cfg.group_size
-    log(f"run: {cfg.out} | env {cfg.env} | method {cfg.method} | G={G} x {cfg.tasks_per_iter} tasks | "
-        f"{cfg.iters} updates | eval on {eval_split} every {cfg.eval_every}")
+    return rows
 
-    if start == 0 and cfg.eval_every:
-        m = evaluate(agent, spec, env_kw, eval_split, cfg.eval_episodes, cfg.eval_temperature, cfg.seed, eval_envs)
-        row = {"step": 0, **m, **{k: counter[k] for k in ("tokens/rollout", "tokens/verify", "tokens/judge")}}
-        rows.append(row)
-        with open(mpath, "a") as f:
-            f.write(json.dumps(row) + "\n")
-        log(f"step 0 | eval {m['eval/success']:.3f} (warm start)")
 
-    bar = tqdm(range(start, cfg.iters), initial=start, total=cfg.iters, desc="updates")
-    step = start
+def append_row(tr: Trainer, row: dict):
+    tr.rows.append(row)
+    with open(os.path.join(tr.cfg.out, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def merge_method_stats(parts: list[dict]) -> dict:
+    """Method metrics from all ranks: counts add up; means and rates (keys with mean/rate/len)
+    are averaged over the ranks that report them; strings are kept from the first rank."""
+    out: dict = {}
+    for k in dict.fromkeys(k for p in parts for k in p):
+        vals = [p[k] for p in parts if k in p]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            out[k] = vals[0]
+        elif any(s in k for s in ("mean", "rate", "len", "share")):
+            out[k] = sum(vals) / len(vals)
+        else:
+            out[k] = sum(vals)
+    return out
+
+
+def train_step(tr: Trainer, step: int, methods, log) -> dict | None:
+    """One update (steps 1–4 and 6 of the loop); returns the metrics row on rank 0."""
+    import grpo
+    from rollout import rollout_groups
+    cfg, agent = tr.cfg, tr.run.agent
+    t0 = time.time()
+    before = Counter(agent.counter)
+    tr.run.step = step
+    # 1. tasks (identical on every rank) and rollouts of this rank's groups
+    tasks = [tr.py_rng.randrange(10**6) for _ in range(cfg.tasks_per_iter)]
+    seed = tr.py_rng.getrandbits(31)
+    mine = list(range(tr.rank, cfg.tasks_per_iter, tr.world))
+    groups = rollout_groups(agent, tr.train_envs, [tasks[p] for p in mine], cfg.group_size, cfg.temperature,
+                            seed=seed, positions=mine)
+    # 2. GRPO advantages, per turn
+    adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty)
+    # 3. method-specific credit (may add rows/groups, e.g. grpo-matched)
+    t_credit = time.time()
     try:
-        for step in range(start + 1, cfg.iters + 1):
-            t0 = time.time()
-            before = Counter(counter)
-            run.step = step
-            # 1. tasks and rollouts (a task index fixes the generated game; groups share it)
-            tasks = [py_rng.randrange(10**6) for _ in range(cfg.tasks_per_iter)]
-            groups = rollout_groups(agent, train_envs, tasks, G, cfg.temperature, seed=py_rng.getrandbits(31))
-            # 2. GRPO advantages, per turn
-            adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty)
-            # 3. method-specific credit (may add rows/groups, e.g. grpo-matched)
-            t_credit = time.time()
-            try:
-                cstats = methods[cfg.method](groups, adv, run) or {}
-            except Exception as e:  # one bad group must not kill a long run: counted + logged
-                counter["credit/errors"] += 1
-                log(f"step {step}: credit failed ({type(e).__name__}: {e}); using GRPO advantages")
-                adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty)
-                cstats = {"credit/error": f"{type(e).__name__}: {e}"[:200]}
-            t_credit = time.time() - t_credit
-            # 4. update + sync the rollout engine
-            ustats = grpo.update(model, opt, grpo.rows_from(groups, adv), ucfg, tok.pad_token_id, ref)
-            counter["train/skipped_nonfinite"] += ustats["train/skipped_nonfinite"]
-            gen.sync(model)
-            # 6. metrics
-            trajs = [t for g in groups for t in g]
-            d = {k: counter[k] - before[k] for k in counter}
-            row = {"step": step,
-                   "train/success": sum(t.success for t in trajs) / len(trajs),
-                   "train/score": sum(t.score for t in trajs) / len(trajs),
-                   "train/episode_len": sum(len(t.turns) for t in trajs) / len(trajs),
-                   "train/invalid_format": sum(not tn.valid for t in trajs for tn in t.turns) / max(1, sum(len(t.turns) for t in trajs)),
-                   "train/mixed_groups": sum(0 < sum(t.success for t in g) < len(g) for g in groups),
-                   "tokens/rollout": d.get("tokens/rollout", 0), "tokens/verify": d.get("tokens/verify", 0),
-                   "tokens/judge": d.get("tokens/judge", 0),
-                   "env_steps/rollout": d.get("env_steps/rollout", 0),
-                   "env_steps/total": sum(v for k, v in d.items() if k.startswith("env_steps/") and k != "env_steps/eval"),
-                   "time/iter_s": time.time() - t0, "time/credit_s": t_credit,
-                   **{k: v for k, v in ustats.items()}, **cstats}
+        cstats = methods[cfg.method](groups, adv, tr.run) or {}
+    except Exception as e:  # one bad group must not kill a long run: counted + logged
+        agent.counter["credit/errors"] += 1
+        log(f"step {step}: credit failed ({type(e).__name__}: {e}); using GRPO advantages")
+        adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty)
+        cstats = {"credit/error": f"{type(e).__name__}: {e}"[:200]}
+    t_credit = time.time() - t_credit
+    # 4. update (gradients summed over ranks) + sync the rollout engine
+    ustats = grpo.update(tr.model, tr.opt, grpo.rows_from(groups, adv), tr.ucfg, tr.tok.pad_token_id, tr.ref)
+    agent.counter["train/skipped_nonfinite"] += ustats["train/skipped_nonfinite"]
+    tr.gen.sync(tr.model)
+    # 6. metrics, reduced over ranks
+    trajs = [t for g in groups for t in g]
+    local = {"outcomes": [(t.success, t.score, len(t.turns), sum(not tn.valid for tn in t.turns)) for t in trajs],
+             "mixed": sum(0 < sum(t.success for t in g) < len(g) for g in groups),
+             "counts": {k: agent.counter[k] - before[k] for k in agent.counter}, "credit": cstats}
+    parts = gather(local, tr.world)
+    if tr.rank != 0:
+        return None
+    outs = [o for p in parts for o in p["outcomes"]]
+    d: Counter = Counter()
+    for p in parts:
+        d.update(p["counts"])
+    n = len(outs)
+    row = {"step": step, "train/success": sum(o[0] for o in outs) / n, "train/score": sum(o[1] for o in outs) / n,
+           "train/episode_len": sum(o[2] for o in outs) / n,
+           "train/invalid_format": sum(o[3] for o in outs) / max(1, sum(o[2] for o in outs)),
+           "train/mixed_groups": sum(p["mixed"] for p in parts),
+           "tokens/rollout": d["tokens/rollout"], "tokens/verify": d["tokens/verify"], "tokens/judge": d["tokens/judge"],
+           "env_steps/rollout": d["env_steps/rollout"],
+           "env_steps/total": sum(v for k, v in d.items() if k.startswith("env_steps/") and k != "env_steps/eval"),
+           "time/iter_s": time.time() - t0, "time/credit_s": t_credit, **ustats}
+    row.update(merge_method_stats([p["credit"] for p in parts]))
+    return row
+
+
+def train(cfg: Config) -> str:
+    from tqdm import tqdm
+    cfg.out = cfg.out or os.path.join("runs", f"{cfg.env}-{cfg.method}-s{cfg.seed}")
+    os.makedirs(cfg.out, exist_ok=True)
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    log = tqdm.write if rank0 else (lambda *a, **k: None)
+    tr = setup(cfg, log)
+    methods = credit_methods()
+    agent = tr.run.agent
+    log(f"run: {cfg.out} | env {cfg.env} | method {cfg.method} | G={cfg.group_size} x {cfg.tasks_per_iter} tasks"
+        f"{f' over {tr.world} ranks' if tr.world > 1 else ''} | {cfg.iters} updates | eval on {tr.eval_split} every {cfg.eval_every}")
+    if tr.start == 0 and cfg.eval_every and rank0:   # 5. (the warm start's held-out success)
+        m = evaluate(agent, tr.run.spec, tr.run.env_kwargs, tr.eval_split, cfg.eval_episodes, cfg.eval_temperature, cfg.seed, tr.eval_envs)
+        append_row(tr, {"step": 0, **m, "tokens/rollout": 0, "tokens/verify": 0, "tokens/judge": 0})
+        log(f"step 0 | eval {m['eval/success']:.3f} (warm start)")
+    bar = tqdm(total=cfg.iters, initial=tr.start, desc="updates", disable=not rank0)
+    step = tr.start
+    try:
+        for step in range(tr.start + 1, cfg.iters + 1):
+            before_eval = agent.counter["tokens/eval"]
+            row = train_step(tr, step, methods, log)
+            if row is None:           # ranks > 0: rank 0 evaluates, logs and checkpoints
+                continue
             # 5. evaluation
             if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.iters):
-                row.update(evaluate(agent, spec, env_kw, eval_split, cfg.eval_episodes, cfg.eval_temperature, cfg.seed, eval_envs))
-            row["tokens/eval"] = counter["tokens/eval"] - before["tokens/eval"]
-            rows.append(row)
-            with open(mpath, "a") as f:
-                f.write(json.dumps(row) + "\n")
+                row.update(evaluate(agent, tr.run.spec, tr.run.env_kwargs, tr.eval_split, cfg.eval_episodes,
+                                    cfg.eval_temperature, cfg.seed, tr.eval_envs))
+            row["tokens/eval"] = agent.counter["tokens/eval"] - before_eval
+            append_row(tr, row)
             bar.update(1)
             bar.set_postfix(train=f"{row['train/success']:.2f}", **({"eval": f"{row['eval/success']:.2f}"} if "eval/success" in row else {}))
             log(f"step {step} | train {row['train/success']:.3f} | "
                 + (f"eval {row['eval/success']:.3f} | " if "eval/success" in row else "")
                 + f"tok {row['tokens/rollout']}+{row['tokens/verify']}v+{row['tokens/judge']}j | {row['time/iter_s']:.1f}s")
             if step % cfg.checkpoint_every == 0 or step == cfg.iters:
-                plot_curves(cfg.out, rows)
-                save_checkpoint(cfg.out, model, tok, opt, step, counter, rng_state(py_rng))
+                plot_curves(cfg.out, tr.rows)
+                save_checkpoint(cfg.out, tr.model, tr.tok, tr.opt, step, agent.counter, rng_state(tr.py_rng))
     except KeyboardInterrupt:
         bar.close()
         ck = os.path.join(cfg.out, "checkpoint")
@@ -552,8 +704,9 @@ def train(cfg: Config) -> str:
               + (f"{ck} (step {s}); continue with --resume" if s is not None else "none yet"), file=sys.stderr)
         raise SystemExit(130)
     bar.close()
-    if rows:
-        plot_curves(cfg.out, rows)
+    if rank0 and tr.rows:
+        plot_curves(cfg.out, tr.rows)
+    barrier()
     return cfg.out
 
 

@@ -108,3 +108,30 @@ def test_ctrl_c_leaves_loadable_checkpoint(tmp_path, cache):
     assert "last complete checkpoint" in err
     r = run(["--method", "grpo", "--resume", "--iters", "1", "--eval-every", "0", "--out", str(out), *TINY], cache, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_torchrun_two_ranks_first_update_equals_single_process(tmp_path, cache):
+    """Data parallel on CPU (gloo): each rank owns whole groups, gradients are summed, so the
+    first update over the same groups equals a single-process run (same seed)."""
+    import torch
+    from safetensors.torch import load_file
+    args = ["--env", "alfworld", "--iters", "1", "--eval-every", "0", *TINY]
+    single, multi = tmp_path / "single", tmp_path / "multi"
+    r = run([*args, "--out", str(single)], cache)
+    assert r.returncode == 0, r.stderr[-3000:]
+    env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+                        os.path.join(ROOT, "train.py"), *args, "--out", str(multi), "--cache-dir", str(cache)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.load(open(multi / "config.json"))["world_size"] == 2
+    assert [m["step"] for m in metrics(multi)] == [1]                      # one writer
+    a, b = metrics(single)[0], metrics(multi)[0]
+    assert a["train/success"] == b["train/success"] and a["tokens/rollout"] == b["tokens/rollout"]
+    assert a["train/rows"] > 0 and a["train/tokens_trained"] == b["train/tokens_trained"]
+    wa, wb = load_file(single / "checkpoint" / "model.safetensors"), load_file(multi / "checkpoint" / "model.safetensors")
+    w0 = load_file(os.path.join(json.load(open(single / "config.json"))["model_dir"], "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    assert any(not torch.equal(wa[k], w0[k]) for k in wa)                  # the update did move the weights
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-5), k
