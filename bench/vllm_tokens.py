@@ -79,11 +79,21 @@ if __name__ == "__main__":
     ap.add_argument("--new", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=5, help="warm calls; the median is reported")
     ap.add_argument("--no-hf", action="store_true", help="vLLM only")
+    ap.add_argument("--prompts-file", default="", help="JSON list of prompt id lists (e.g. real rollout prompts)")
+    ap.add_argument("--json", action="store_true", help="end with one line {vllm: ..., hf: ...} (bench/throughput.py)")
     args = ap.parse_args()
     model_dir = args.model_dir or build_tiny(tempfile.mkdtemp(prefix="tiny_qwen3_"))
-    vocab = json.load(open(os.path.join(model_dir, "config.json")))["vocab_size"]
-    rng = random.Random(0)
-    prompts = [[rng.randrange(3, vocab) for _ in range(args.prompt_len)] for _ in range(args.prompts)]
-    print(json.dumps(rollout_throughput(model_dir, prompts, args.new, repeats=args.repeats)), flush=True)
+    if args.prompts_file:
+        prompts = json.load(open(args.prompts_file))
+    else:
+        vocab = json.load(open(os.path.join(model_dir, "config.json")))["vocab_size"]
+        rng = random.Random(0)
+        prompts = [[rng.randrange(3, vocab) for _ in range(args.prompt_len)] for _ in range(args.prompts)]
+    v = rollout_throughput(model_dir, prompts, args.new, repeats=args.repeats)
+    print(json.dumps(v), flush=True)
+    h = None
     if not args.no_hf:
-        print(json.dumps(hf_throughput(model_dir, prompts, args.new, args.repeats)), flush=True)
+        h = hf_throughput(model_dir, prompts, args.new, args.repeats)
+        print(json.dumps(h), flush=True)
+    if args.json:
+        print(json.dumps({"vllm": v, "hf": h}), flush=True)
