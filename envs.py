@@ -68,6 +68,7 @@ class EnvSpec:
     compact_prompt: Callable[[PromptInput, int], str]
     parse: Callable[[str], tuple[str, bool]]          # model text -> (action, format_valid)
     task_types: tuple[str, ...] = ()
+    response: Callable[[str], str] = lambda a: f"<action>{a}</action>"   # action -> the text a policy writes
     extra: dict = field(default_factory=dict)
 
 

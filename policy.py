@@ -232,10 +232,6 @@ class BCConfig:
     lr: float = 2e-3
 
 
-def response_text(action: str) -> str:
-    return f"<action>{action}</action>"
-
-
 def collect_demos(spec, env_kwargs: dict, agent_fmt, bc: BCConfig, seed: int):
     """(prompt ids, target ids) pairs: the expert's next action at every state that an
     ε-noisy expert visits. `agent_fmt(state) -> prompt ids` is the rollout's own prompt builder,
@@ -251,7 +247,7 @@ def collect_demos(spec, env_kwargs: dict, agent_fmt, bc: BCConfig, seed: int):
         s = AgentState(None, obs, info, (), 0)
         for _ in range(env.max_steps):
             a_star = env.expert_action()
-            tgt = agent_fmt.tok(response_text(a_star) + eos, add_special_tokens=False)["input_ids"]
+            tgt = agent_fmt.tok(spec.response(a_star) + eos, add_special_tokens=False)["input_ids"]
             data.append((agent_fmt.prompt_ids(s), tgt))
             adm = [a for a in (s.info.get("admissible") or []) if a not in ("help", "look", "inventory")]
             a = rng.choice(adm) if adm and rng.random() < bc.epsilon else a_star
