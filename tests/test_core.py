@@ -184,3 +184,27 @@ def test_invalid_format_penalty_on_turn_only():
         return Trajectory(i, 0, 0, "t", "x", [Turn(t, "o", [], "x", "a", v, "o", 0.0, False) for t, v in enumerate(valids)], won, float(won))
     adv = grpo.trajectory_advantages([[tr(0, True, [True, False]), tr(1, False, [True])]], invalid_penalty=0.1)
     assert adv == [[[0.5, 0.4], [-0.5]]]
+
+
+# --------------------------------------------------------------------------- prompts / parsing
+def test_parse_action_first_tag_lowercased_and_invalid_fallback():
+    assert envs.parse_action_tag("<think>x</think><action> Go To Desk 1 </action><action>b</action>") == ("go to desk 1", True)
+    a, ok = envs.parse_action_tag("I will go to the desk 1 now")
+    assert not ok and a == "i will go to the desk 1 now"[-30:].strip()
+    assert envs.parse_action_tag("") == ("", False)
+
+
+def test_alfworld_chat_prompt_follows_verl_agent_template():
+    v0 = envs.PromptInput(task="put a apple in fridge.", obs="-= Welcome =-\n\nroom\n\nYour task is to: put a apple in fridge.",
+                          admissible=["go to fridge 1", "help", "look"], history=[], step=0)
+    p0 = envs.alfworld_chat_prompt(v0, 2)
+    assert p0.startswith("You are an expert agent operating in the ALFRED Embodied Environment.\nYour current observation is: -= Welcome")
+    assert "Your admissible actions of the current situation are: ['go to fridge 1'\n 'look']." in p0   # help removed
+    assert p0.endswith("present it within <action> </action> tags.")
+    v = envs.PromptInput(task=v0.task, obs="You arrive at fridge 1. The fridge 1 is closed.", admissible=["open fridge 1"],
+                         history=[("o1", "a1"), ("o2", "a2"), ("o3", "a3")], step=3)
+    p = envs.alfworld_chat_prompt(v, 2)
+    assert "Environment. Your task is to: put a apple in fridge.\n" in p
+    assert ("Prior to this step, you have already taken 3 step(s). Below are the most recent 2 observaitons and the "
+            "corresponding actions you took: [Observation 2: 'o2', Action 2: 'a2']\n[Observation 3: 'o3', Action 3: 'a3']\n"
+            "You are now at step 4 and your current observation is: You arrive at fridge 1.") in p
