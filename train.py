@@ -114,8 +114,8 @@ class Config:
     margin: float = 0.0
     """credit only if Δ̂ > margin (0 = the paper's Δ̂ > 0)"""
     # --- baselines (baselines.py)
-    matched_extra: float = 0.25
-    """grpo-matched: extra rollout tokens per update as a share of GRPO's (default: ProVer's measured overhead, see baselines.py)"""
+    matched_extra: float = 0.4
+    """grpo-matched: extra rollout tokens per update as a share of the rollout tokens (default: ProVer's measured overhead, see baselines.py)"""
     matched_tokens: int = 0
     """grpo-matched: explicit extra generated tokens per update (overrides matched_extra when > 0)"""
     gigpo_gamma: float = 0.95
@@ -330,7 +330,8 @@ def generator_setup(cfg: Config, model, tok, model_dir: str):
         raise ValueError("--rollout vllm with --lora-r is not supported yet (the engine would need merged weights each sync)")
     import torch
     on_gpu = torch.cuda.is_available()
-    g = vllm_rollout.VLLMGenerator(model_dir, policy.stop_ids(tok), seed=cfg.seed, max_model_len=cfg.vllm_max_len,
+    max_len = min(cfg.vllm_max_len, getattr(model.config, "max_position_embeddings", cfg.vllm_max_len))
+    g = vllm_rollout.VLLMGenerator(model_dir, policy.stop_ids(tok), seed=cfg.seed, max_model_len=max_len,
                                    gpu_memory_utilization=cfg.vllm_gpu_mem,
                                    kv_cache_bytes=None if on_gpu else cfg.vllm_kv_bytes)
     g.sync(model)
