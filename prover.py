@@ -80,7 +80,7 @@ def credit(groups, adv, run) -> dict:
         with open(os.path.join(run.out, "segments.md"), "a") as f:
             if f.tell() == 0:
                 f.write(SEGMENTS_HEADER)
-            f.write("\n".join(report))
+            f.write("".join(r + "\n" for r in report))
     n_valid = st["valid"] + st["repaired"]
     out = {f"prover/{k}": v for k, v in st.items() if k != "seg_turns"}
     out.update({"prover/eligible": st["eligible"], "prover/proposals": st["proposals"],

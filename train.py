@@ -152,6 +152,8 @@ class Config:
     """behaviour cloning: noisy expert episodes"""
     bc_steps: int = 300
     """behaviour cloning: optimizer steps (few on purpose: the policy starts imperfect)"""
+    bc_seed: int = -1
+    """seed of the warm start (-1 = --seed); fix it to compare RL seeds from one warm-started policy"""
     bc_epsilon: float = 0.3
     """behaviour cloning: chance of a random admissible action in the demos"""
     cache_dir: str = "~/.cache/prover"
@@ -269,7 +271,8 @@ def model_setup(cfg: Config, spec, env_kw, log):
     tiny = policy.TinyConfig(hidden=cfg.tiny_hidden, layers=cfg.tiny_layers, heads=max(2, cfg.tiny_hidden // 32),
                              kv_heads=max(1, cfg.tiny_hidden // 64), intermediate=3 * cfg.tiny_hidden)
     bc = policy.BCConfig(episodes=cfg.bc_episodes, steps=cfg.bc_steps, epsilon=cfg.bc_epsilon)
-    model, tok, folder = policy.tiny_policy(spec, env_kw, tiny, bc, cfg.seed, cfg.cache_dir, cfg.history_len, log)
+    bc_seed = cfg.seed if cfg.bc_seed < 0 else cfg.bc_seed
+    model, tok, folder = policy.tiny_policy(spec, env_kw, tiny, bc, bc_seed, cfg.cache_dir, cfg.history_len, log)
     return model, tok, folder
 
 
