@@ -272,7 +272,9 @@ def model_setup(cfg: Config, spec, env_kw, log):
                              kv_heads=max(1, cfg.tiny_hidden // 64), intermediate=3 * cfg.tiny_hidden)
     bc = policy.BCConfig(episodes=cfg.bc_episodes, steps=cfg.bc_steps, epsilon=cfg.bc_epsilon)
     bc_seed = cfg.seed if cfg.bc_seed < 0 else cfg.bc_seed
-    model, tok, folder = policy.tiny_policy(spec, env_kw, tiny, bc, bc_seed, cfg.cache_dir, cfg.history_len, log)
+    # the RL step limit does not change the expert's demonstrations: keep it out of the cache key
+    bc_env_kw = {k: v for k, v in env_kw.items() if k != "max_steps"}
+    model, tok, folder = policy.tiny_policy(spec, bc_env_kw, tiny, bc, bc_seed, cfg.cache_dir, cfg.history_len, log)
     return model, tok, folder
 
 
