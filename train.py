@@ -576,7 +576,7 @@ def write_run_files(cfg: Config, backend_line, eval_split, model_dir, env_kw, st
                     model_dir=model_dir, env_kwargs=env_kw, world_size=int(os.environ.get("WORLD_SIZE", "1")))
     with open(os.path.join(cfg.out, "config.json"), "w") as f:
         json.dump(resolved, f, indent=1)
-    if cfg.method in ("prover", "criticsearch"):
+    if cfg.method == "prover":  # (CriticSearch writes its own header on its first entry)
         import prover
         seg = os.path.join(cfg.out, "segments.md")
         if not os.path.exists(seg):
