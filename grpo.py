@@ -25,7 +25,10 @@ Deviations, numbered:
     advantage only, which is what subtracting it from that turn-row's score does in verl-agent.
  3. Rows whose advantage is exactly 0 carry no policy gradient; with `kl_coef == 0` they are
     dropped before the forward pass (a large CPU saving: most groups are all-success or
-    all-failure). The token mean is then over the remaining rows' tokens.
+    all-failure). They still count in the token-mean's denominator, so the loss is exactly the
+    token mean over the whole batch — otherwise a batch whose only signal is two penalised
+    invalid turns would be scaled up to a full-size step (with Adam, a full-size step in an
+    arbitrary direction; we saw it derail training).
  4. A non-finite loss or gradient skips the optimizer step (counted in metrics), so one bad
     batch never reaches the weights or the checkpoint.
 """
@@ -184,11 +187,13 @@ def update(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=N
     over ranks first, each rank's loss is its token-sum / the *global* count, and gradients are
     summed over ranks — so every rank takes exactly the step a single process would take on the
     union of the rows, and the weights stay identical without a DDP wrapper."""
+    dev = next(model.parameters()).device
+    # the token-mean denominator: every action token of the batch, on every rank (deviation 3)
+    n_tok = int(_all_reduce(torch.tensor([float(sum(len(r.action_ids) for r in rows))], device=dev)).item())
     if cfg.kl_coef == 0:
         rows = [r for r in rows if r.adv != 0.0]                     # deviation 3
     rows = sorted(rows, key=lambda r: len(r.prompt_ids) + len(r.action_ids))
-    dev = next(model.parameters()).device
-    n_tok = int(_all_reduce(torch.tensor([float(sum(len(r.action_ids) for r in rows))], device=dev)).item())
+    n_trained = int(_all_reduce(torch.tensor([float(sum(len(r.action_ids) for r in rows))], device=dev)).item())
     if n_tok == 0:
         return {"loss/pg": 0.0, "train/rows": 0, "train/tokens_trained": 0, "train/skipped_nonfinite": 0,
                 "train/grad_norm": 0.0}
@@ -224,7 +229,7 @@ def update(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=N
         opt.zero_grad(set_to_none=True)                              # deviation 4
     else:
         opt.step()
-    return {"loss/pg": total, "train/rows": len(rows), "train/tokens_trained": n_tok,
+    return {"loss/pg": total, "train/rows": len(rows), "train/tokens_trained": n_trained,
             "train/clipfrac": agg[1].item() / n_tok, "train/kl": agg[2].item() / n_tok,
             "train/ratio": agg[3].item() / n_tok, "train/grad_norm": float(gn),
             "train/skipped_nonfinite": int(skipped)}
