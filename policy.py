@@ -79,11 +79,11 @@ def build_tokenizer(texts: list[str]):
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class TinyConfig:
-    hidden: int = 128
-    layers: int = 4
-    heads: int = 4
-    kv_heads: int = 2
-    intermediate: int = 384
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 2
+    kv_heads: int = 1
+    intermediate: int = 192
     max_positions: int = 2048
 
 
@@ -227,7 +227,7 @@ class HFGenerator:
 class BCConfig:
     episodes: int = 400           # noisy expert episodes to collect
     epsilon: float = 0.3          # chance of a random admissible action instead of the expert's
-    steps: int = 300              # optimizer steps (few on purpose: the policy should start imperfect)
+    steps: int = 600              # optimizer steps (few on purpose: the policy should start imperfect)
     batch: int = 64
     lr: float = 2e-3
 

@@ -5,7 +5,8 @@
     python bench/compare.py --methods grpo prover prover-random --envs alfworld --seeds 0 1 2 --iters 40
 
 Each (env, method, seed) is one `train.py` run in `results/runs/<env>-<method>-s<seed>` with the
-same number of updates. Finished runs are skipped and interrupted ones resumed (`--resume`), so the
+same number of updates, all starting from one warm-started policy (`--bc-seed 0`): seeds vary the
+RL (tasks, sampling), methods differ only in credit assignment. Finished runs are skipped and interrupted ones resumed (`--resume`), so the
 command can be re-run until done. `--jobs N` runs N trainings side by side (one CPU thread each).
 
 Writes:
@@ -36,7 +37,7 @@ METHOD_ARGS = {
     "gigpo": ["--method", "gigpo"], "spo-chain": ["--method", "spo-chain"], "spo-tree": ["--method", "spo-tree"],
     "criticsearch": ["--method", "criticsearch"],
 }
-DEFAULT = dict(envs=["alfworld"], methods=["grpo", "prover"], seeds=[0, 1, 2], iters=40)
+DEFAULT = dict(envs=["alfworld"], methods=["grpo", "prover"], seeds=[0, 1, 2], iters=80)
 FULL = dict(envs=["alfworld", "webshop", "searchqa"], methods=list(METHOD_ARGS), seeds=[0, 1, 2], iters=60)
 
 
@@ -56,7 +57,7 @@ def launch(job, args) -> tuple:
         return job, 0, "skipped (done)"
     cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--env", env, *METHOD_ARGS[method], "--seed", str(seed),
            "--iters", str(args.iters), "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
-           "--out", d, "--threads", "1", *args.extra]
+           "--out", d, "--threads", "1", "--bc-seed", "0", *args.extra]  # one warm start shared by all seeds
     if os.path.exists(os.path.join(d, "checkpoint", "state.json")):
         cmd.append("--resume")
     os.makedirs(d, exist_ok=True)
