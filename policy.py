@@ -316,15 +316,17 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
     if unk:
         log(f"tiny policy: warning: {unk} <unk> tokens in the demonstrations (vocabulary gap)")
     losses = bc_train(model, data, bc, tok.pad_token_id, seed)
-    tmp = folder + ".tmp"
+    tmp = f"{folder}.tmp{os.getpid()}"  # private: two processes building the same key do not collide
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     with open(os.path.join(tmp, "done.json"), "w") as f:
         json.dump({"key": json.loads(key), "demos": len(data), "final_loss": losses[-1],
                    "seconds": time.time() - t0}, f, indent=1)
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(tmp, folder)  # atomic: a half-written cache is never picked up
+    try:
+        os.replace(tmp, folder)  # atomic: a half-written cache is never picked up
+    except OSError:              # another process finished the same key first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
     log(f"tiny policy: warm start done in {time.time() - t0:.0f}s ({len(data)} demo steps, final loss {losses[-1]:.3f})")
     tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), tok, folder

@@ -210,10 +210,10 @@ def main():
     jobs = [(e, m, s) for e in args.envs for s in args.seeds for m in args.methods]
     if not args.report_only:
         from tqdm import tqdm
-        # the warm start is cached per (env, seed): build it once per key before running in parallel
+        # the warm start is cached per env (--bc-seed 0): build it once per env before the rest run in parallel
         firsts = {}
         for j in jobs:
-            firsts.setdefault((j[0], j[2]), j)
+            firsts.setdefault(j[0], j)
         bar = tqdm(total=len(jobs), desc="compare runs")
         rest = [j for j in jobs if j not in firsts.values()]
         for batch in (list(firsts.values()), rest):  # distinct cache keys can run side by side
