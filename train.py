@@ -384,7 +384,8 @@ def save_checkpoint(out: str, model, tok, opt, step: int, counter: Counter, rng_
 
 def load_checkpoint(out: str, base_model: str = ""):
     """(model, tok, trainer state, step, counter). One clear error if it is missing or corrupt.
-    A LoRA checkpoint holds only the adapters: they are applied to `base_model` (--model)."""
+    A LoRA checkpoint holds only the adapters: they are applied to `base_model` (--model), or to
+    the base recorded in the adapter's config."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     d = os.path.join(out, "checkpoint")
@@ -398,6 +399,7 @@ def load_checkpoint(out: str, base_model: str = ""):
         tok = AutoTokenizer.from_pretrained(d, padding_side="left")
         if os.path.exists(os.path.join(d, "adapter_config.json")):
             from peft import PeftModel
+            base_model = base_model or json.load(open(os.path.join(d, "adapter_config.json")))["base_model_name_or_path"]
             model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32),
                                               d, is_trainable=True)
         else:
