@@ -115,7 +115,7 @@ def report(args, jobs) -> str:
         w = None
         for env, method, seed in jobs:
             s = summarize_run(run_dir(args.out, env, method, seed))
-            if s is None:
+            if s is None or s["updates"] < args.iters:   # unfinished runs are not compared
                 continue
             res[(env, method, seed)] = s
             row = {"env": env, "method": method, "seed": seed, **{k: v for k, v in s.items() if "curve" not in k}}
