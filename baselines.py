@@ -87,7 +87,7 @@ import torch
 import grpo
 import judge
 from prover import eligible
-from rollout import Trajectory, make_trajectories, run_episodes, start_state
+from rollout import Trajectory, continue_from, make_trajectories, run_episodes, start_state
 
 EPS = 1e-6
 
@@ -252,8 +252,7 @@ def spo_chain(groups, adv, run) -> dict:
     wins: list[float] = []
     if starts:                                        # one batched call: N per unique boundary
         envs = run.envs(len(starts) * N)
-        _, finals = run_episodes(run.agent, envs, [s for s in starts for _ in range(N)], cfg.temperature,
-                                 _seed(run, 2), purpose="verify", keep_states=False)
+        finals = continue_from(run.agent, envs, starts, N, cfg.temperature, _seed(run, 2))
         wins = [float(f.info.get("won", False)) for f in finals]
     V = [sum(wins[j * N:(j + 1) * N]) / N for j in range(len(starts))]
     n_bounds = 0
@@ -335,7 +334,8 @@ def build_tree(groups, todo, run, depths: list[int], b: int) -> tuple[list[Node]
         if req:
             envs = run.envs(len(req))
             turns, finals = run_episodes(run.agent, envs, [s for _, _, s in req], cfg.temperature,
-                                         _seed(run, 3 + d), purpose="verify", keep_states=True)
+                                         _seed(run, 3 + d), purpose="verify", keep_states=True,
+                                         fresh_env_randomness=True)
             for (k, node, _), ts, f in zip(req, turns, finals):
                 grp = groups[todo[k]]
                 tr = make_trajectories([ts], [f], grp[0].group_id, grp[0].task, start_step=d)[0]

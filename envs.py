@@ -29,7 +29,6 @@ a turn means restoring the env snapshot plus that history (see `rollout.AgentSta
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol

@@ -189,14 +189,13 @@ def rollout_groups(agent: Agent, envs: list[Env], tasks: list[int], G: int, temp
             for k, t in enumerate(tasks)]
 
 
-def continue_from(agent: Agent, envs: list[Env], start: AgentState, K: int, temperature: float,
-                  seed: int, purpose: str) -> list[AgentState]:
-    """K continuations of the current policy from one restored state (verification, SPO).
-    Returns the final states; `final.info['won']` / `['score']` are the outcomes. The step budget
-    is what the episode has left (`start.step` counts against `env.max_steps`)."""
-    assert len(envs) >= K
-    _, finals = run_episodes(agent, envs[:K], [start] * K, temperature, seed, purpose, keep_states=False,
-                             fresh_env_randomness=True)
+def continue_from(agent: Agent, envs: list[Env], starts: list[AgentState], K: int, temperature: float,
+                  seed: int, purpose: str = "verify") -> list[AgentState]:
+    """K continuations of the current policy from each restored state (verification, SPO), all in
+    one batch. Returns the final states, K per start in order; `final.info['won']` / `['score']`
+    are the outcomes. The step budget is what each episode has left (`start.step` counts against
+    `env.max_steps`), and each continuation redraws the env's future randomness."""
+    assert len(envs) >= K * len(starts)
+    _, finals = run_episodes(agent, envs[:K * len(starts)], [s for s in starts for _ in range(K)], temperature,
+                             seed, purpose, keep_states=False, fresh_env_randomness=True)
     return finals
-
-

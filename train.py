@@ -22,7 +22,6 @@ import argparse
 import ast
 import inspect
 import json
-import math
 import os
 import random
 import shutil
@@ -263,7 +262,6 @@ def env_setup(cfg: Config, log):
 
 
 def model_setup(cfg: Config, spec, env_kw, log):
-    import torch
     import policy
     if cfg.model:
         model, tok = policy.load_hf(cfg.model)
@@ -485,7 +483,6 @@ def evaluate(agent, spec, env_kw, split: str, n: int, temperature: float, seed: 
 # The loop
 # ---------------------------------------------------------------------------------------------
 def credit_methods():
-    import grpo
     methods = {"grpo": lambda groups, adv, run: {}}
     try:
         import prover

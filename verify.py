@@ -57,17 +57,9 @@ def estimate(agent: Agent, envs: list, traj: Trajectory, start_turn: int, end_tu
     s_pre = traj.turns[start_turn].state
     s_post = traj.turns[end_turn + 1].state
     assert s_pre is not None and s_post is not None, "trajectory was rolled out without restore handles"
-    finals = continue_from_both(agent, envs, s_pre, s_post, K, temperature, seed)
+    finals = continue_from(agent, envs, [s_pre, s_post], K, temperature, seed, purpose="verify")
     pre = [float(f.info.get("won", False)) for f in finals[:K]]
     post = [float(f.info.get("won", False)) for f in finals[K:]]
     sr_pre, sr_post = sum(pre) / K, sum(post) / K
     return Verification(delta=sr_post - sr_pre, se=math.sqrt(_var(pre) / K + _var(post) / K),
                         sr_pre=sr_pre, sr_post=sr_post, k=K, pre=pre, post=post)
-
-
-def continue_from_both(agent, envs, s_pre, s_post, K, temperature, seed):
-    from rollout import run_episodes
-    assert len(envs) >= 2 * K
-    _, finals = run_episodes(agent, envs[:2 * K], [s_pre] * K + [s_post] * K, temperature, seed,
-                             purpose="verify", keep_states=False, fresh_env_randomness=True)
-    return finals

@@ -21,6 +21,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 torch.set_num_threads(1)
 
 import baselines  # noqa: E402
+import rollout  # noqa: E402
 from judge import CritiqueResult  # noqa: E402
 from rollout import AgentState, Trajectory, Turn  # noqa: E402
 
@@ -144,7 +145,7 @@ class FakeEpisodes:
     def __init__(self, win_by_obs, length=1):
         self.win, self.length, self.calls = win_by_obs, length, []
 
-    def __call__(self, agent, envs, starts, temperature, seed, purpose, keep_states=True):
+    def __call__(self, agent, envs, starts, temperature, seed, purpose, keep_states=True, **kw):
         assert len(envs) >= len(starts)
         self.calls.append((len(starts), purpose))
         turns, finals = [], []
@@ -172,6 +173,7 @@ def test_spo_chain_credit_dedup_and_values(monkeypatch):
               [traj(["s", "t"], 0, 0), traj(["s", "u"], 0, 1)]]           # all fail: not eligible
     fe = FakeEpisodes(lambda obs, k: {"q": k % 4 < 3, "z": True}.get(obs, False))
     monkeypatch.setattr(baselines, "run_episodes", fe)
+    monkeypatch.setattr(rollout, "run_episodes", fe)   # continue_from's batch call
     c = cfg(spo_interval=2, spo_n=4)
     adv = grpo_adv(groups, c)
     run = fake_run(c)
@@ -205,6 +207,7 @@ def test_spo_tree_credit(monkeypatch):
     groups = [[traj(["a", "b", "c", "d"], 1, 0), traj(["a", "e"], 0, 1, valid=[True, False])]]
     fe = FakeEpisodes(lambda obs, k: False, length=1)
     monkeypatch.setattr(baselines, "run_episodes", fe)
+    monkeypatch.setattr(rollout, "run_episodes", fe)   # continue_from's batch call
     c = cfg(spo_tree_depths="2", spo_tree_branch=2)
     adv = grpo_adv(groups, c)
     run = fake_run(c)
@@ -271,6 +274,7 @@ def test_grpo_matched_credit(monkeypatch):
     groups = [[traj(["a", "b"], 1, 0), traj(["a", "c"], 0, 1)]]               # 8 tokens, 2 episodes
     fe = FakeEpisodes(lambda obs, k: True, length=2)
     monkeypatch.setattr(baselines, "run_episodes", fe)
+    monkeypatch.setattr(rollout, "run_episodes", fe)   # continue_from's batch call
     monkeypatch.setattr(baselines, "start_state",
                         lambda env, task: AgentState(None, f"start{task}", {"task": "t"}, (), 0))
     c = cfg(matched_extra=1.0)                                                # +100 % → 2 episodes

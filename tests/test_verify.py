@@ -13,7 +13,6 @@ network is replaced by this known distribution, which is what makes the value an
 """
 import math
 import random
-from collections import Counter
 
 import pytest
 
