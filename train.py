@@ -60,7 +60,7 @@ class Config:
     eval_every: int = 10
     """evaluate every N updates (0 = never)"""
     eval_episodes: int = 64
-    """held-out episodes per evaluation (the first N tasks of the eval split)"""
+    """held-out episodes per evaluation (N tasks spread evenly over the eval split, all task types)"""
     eval_split: str = ""
     """held-out split (default: the env's first held-out split, e.g. valid_seen)"""
     eval_temperature: float = 0.4
@@ -466,7 +466,10 @@ def evaluate(agent, spec, env_kw, split: str, n: int, temperature: float, seed: 
     n = min(n, nt) if nt else n
     while len(eval_envs) < n:
         eval_envs.append(spec.make(split=split, seed=seed, **env_kw))
-    groups = rollout_groups(agent, eval_envs, list(range(n)), 1, temperature, seed=seed + 7,
+    # n tasks spread evenly over the split (its tasks are ordered by type), so every task type is
+    # evaluated in proportion even when n is smaller than the split
+    tasks = [i * nt // n for i in range(n)] if nt else list(range(n))
+    groups = rollout_groups(agent, eval_envs, tasks, 1, temperature, seed=seed + 7,
                             purpose="eval", keep_states=False)
     trajs = [g[0] for g in groups]
     m = {"eval/success": sum(t.success for t in trajs) / n, "eval/score": sum(t.score for t in trajs) / n,
@@ -715,8 +718,16 @@ def train(cfg: Config) -> str:
     return cfg.out
 
 
+def _stop_on_sigterm(signum, frame):
+    # Schedulers (Slurm, Kubernetes, `timeout`) stop jobs with SIGTERM: take the same path as
+    # Ctrl-C, which reports the last complete checkpoint and exits 130.
+    raise KeyboardInterrupt
+
+
 def main(argv=None):
     cfg = parse_args(argv)
+    import signal
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         out = train(cfg)
     except (ValueError, FileNotFoundError, ImportError, ConnectionError) as e:

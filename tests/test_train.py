@@ -92,17 +92,26 @@ def test_missing_official_alfworld_data_one_line_error(tmp_path):
     assert "nodata" in last and "alfworld-download" in last
 
 
-def test_ctrl_c_leaves_loadable_checkpoint(tmp_path, cache):
+def _terminal_sigint():
+    # A job started in the background (`cmd &`, as CI runners do) inherits SIGINT *ignored*, and
+    # Python then never raises KeyboardInterrupt. Restore the default a terminal would give.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupt_leaves_loadable_checkpoint(tmp_path, cache, sig):
     out = tmp_path / "run"
     env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONUNBUFFERED="1")
     p = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), "--method", "grpo", "--iters", "200",
                           "--eval-every", "0", "--checkpoint-every", "1", "--out", str(out), "--cache-dir", str(cache), *TINY],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=_terminal_sigint)
     deadline = time.time() + 400
     while time.time() < deadline and not (out / "checkpoint" / "state.json").exists():
         time.sleep(0.5)
     time.sleep(1.0)  # interrupt somewhere in the middle of the next update (or a checkpoint write)
-    p.send_signal(signal.SIGINT)
+    assert p.poll() is None, "the run ended before it could be interrupted"
+    p.send_signal(sig)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130, err[-2000:]
     assert "last complete checkpoint" in err
