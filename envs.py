@@ -14,6 +14,8 @@ What lives here
   `score` (float in [0, 1]; equals `won` for ALFWorld, WebShop's reward for WebShop).
   Reward is the benchmark's own step reward (ALFWorld/SearchQA: 1.0 on the winning step).
   Bad action text never raises: the env answers as the real benchmark would.
+  Optional, used only by the tiny policy's warm start: `expert_action()` (the simulator's expert)
+  and `random_action(rng)` (a detour for ε-noisy demos where `admissible` is empty or partial).
 
 * `EnvSpec` — everything the trainer needs about one benchmark: how to build an env for a split,
   its closed vocabulary (for the tiny word-level tokenizer), how to turn the agent's view into a
@@ -68,6 +70,9 @@ class EnvSpec:
     parse: Callable[[str], tuple[str, bool]]          # model text -> (action, format_valid)
     task_types: tuple[str, ...] = ()
     response: Callable[[str], str] = lambda a: f"<action>{a}</action>"   # action -> the text a policy writes
+    # strings the tiny word-level tokenizer keeps whole (e.g. WebShop's product ids), so that
+    # copying one from the observation is a single token
+    atomic: Callable[[], list[str]] = lambda: []
     extra: dict = field(default_factory=dict)
 
 

@@ -47,8 +47,9 @@ BC_VERSION = 3  # bump when the warm-start recipe changes so stale caches are no
 # ---------------------------------------------------------------------------------------------
 # 1. tokenizer
 # ---------------------------------------------------------------------------------------------
-def build_tokenizer(texts: list[str]):
-    """Closed word-level tokenizer covering every token of `texts` (+ printable ASCII fallbacks)."""
+def build_tokenizer(texts: list[str], atomic: list[str] = ()):
+    """Closed word-level tokenizer covering every token of `texts` (+ printable ASCII fallbacks).
+    `atomic` strings (e.g. product ids) become single tokens wherever they occur."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -70,6 +71,8 @@ def build_tokenizer(texts: list[str]):
         tokenizer_object=tk, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         unk_token="<unk>", padding_side="left", additional_special_tokens=["<|im_start|>"])
     tok.add_tokens(MARKUP)  # already in the vocab: registers them as atomic (not split by the regex)
+    if atomic:
+        tok.add_tokens(sorted(set(atomic)))
     tok.chat_template = CHATML
     return tok
 
@@ -227,7 +230,7 @@ class HFGenerator:
 class BCConfig:
     episodes: int = 400           # noisy expert episodes to collect
     epsilon: float = 0.3          # chance of a random admissible action instead of the expert's
-    steps: int = 600              # optimizer steps (few on purpose: the policy should start imperfect)
+    steps: int = 400              # optimizer steps (few on purpose: the policy should start imperfect)
     batch: int = 64
     lr: float = 2e-3
 
@@ -249,8 +252,10 @@ def collect_demos(spec, env_kwargs: dict, agent_fmt, bc: BCConfig, seed: int):
             a_star = env.expert_action()
             tgt = agent_fmt.tok(spec.response(a_star) + eos, add_special_tokens=False)["input_ids"]
             data.append((agent_fmt.prompt_ids(s), tgt))
-            adm = [a for a in (s.info.get("admissible") or []) if a not in ("help", "look", "inventory")]
-            a = rng.choice(adm) if adm and rng.random() < bc.epsilon else a_star
+            a = a_star
+            if rng.random() < bc.epsilon:   # a detour: the env's own notion of one, else an admissible action
+                adm = [a for a in (s.info.get("admissible") or []) if a not in ("help", "look", "inventory")]
+                a = env.random_action(rng) if hasattr(env, "random_action") else rng.choice(adm) if adm else a_star
             obs, r, done, info = env.step(a)
             s = AgentState(None, obs, info, s.history + ((s.obs, a),), s.step + 1)
             if done:
@@ -298,7 +303,10 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
     """Build (or load from cache) the warm-started tiny policy; returns (model, tok, folder)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     key = json.dumps({"env": spec.name, "env_kwargs": env_kwargs, "tiny": asdict(tiny), "bc": asdict(bc),
-                      "seed": seed, "history_len": history_len, "v": BC_VERSION}, sort_keys=True)
+                      "seed": seed, "history_len": history_len, "v": BC_VERSION,
+                      # the env's text and demos: a changed vocabulary or env warm-start recipe is a new key
+                      "vocab": hashlib.sha1("\n".join(spec.vocabulary() + spec.atomic()).encode()).hexdigest()[:12],
+                      "env_v": spec.extra.get("warm_start_version", 0)}, sort_keys=True)
     folder = os.path.join(os.path.expanduser(cache_dir), f"tiny-{spec.name}-{hashlib.sha1(key.encode()).hexdigest()[:12]}")
     if os.path.exists(os.path.join(folder, "done.json")):
         log(f"tiny policy: cached warm start at {folder}")
@@ -307,7 +315,7 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
     t0 = time.time()
     log(f"tiny policy: building tokenizer + Qwen3 model and behaviour cloning ({bc.episodes} noisy expert "
         f"episodes, {bc.steps} steps); cached at {folder}")
-    tok = build_tokenizer(spec.vocabulary() + template_texts(spec))
+    tok = build_tokenizer(spec.vocabulary() + template_texts(spec), spec.atomic())
     model = build_tiny_model(len(tok), tiny, seed)
     from rollout import Agent
     fmt = Agent(gen=None, tok=tok, spec=spec, compact=True, history_len=history_len)

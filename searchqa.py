@@ -499,6 +499,15 @@ class SearchQAEnv:
         self.task, self.steps, self.done, self.reward, self.obs, self.seen = snap
         self.q = self.questions[self.task % len(self.questions)]
 
+    def random_action(self, rng) -> str:
+        """A detour for the warm start's ε-noisy demos (SearchQA has no admissible list): a search
+        for a random page title of the built-in corpus, or for 1-3 random words of the question."""
+        if hasattr(self, "index") and rng.random() < 0.7:
+            d = self.index.docs[rng.randrange(len(self.index.docs))]
+            return f"<search>{d['contents'].split(chr(10), 1)[0].strip(chr(34))}</search>"
+        words = re.findall(r"[A-Za-z]+", self.q.question)
+        return f"<search>{' '.join(rng.sample(words, min(len(words), rng.randint(1, 3))))}</search>"
+
     def expert_action(self) -> str:
         """Search the question's entity, then the bridge entity its page names, then answer.
         Replans from the documents actually shown so far (`seen`)."""

@@ -160,6 +160,22 @@ def _title_case(s: str) -> str:
     return " ".join(w[:1].upper() + w[1:] for w in s.split())
 
 
+ASIN_POOL_SIZE = 1000
+
+
+def asin_pool() -> list[str]:
+    """A fixed, seed-independent list of ASINs ("B0" + 8 digits). Catalogues of up to
+    ASIN_POOL_SIZE products take their ids from it, so the ids are part of the closed vocabulary
+    and the tiny policy's tokenizer can keep each one whole (`SPEC.atomic`): copying a product id
+    from the page is then one token, not ten digits in a row."""
+    rng, out, seen = np.random.default_rng(4242), [], set()
+    while len(out) < ASIN_POOL_SIZE:
+        a = "B0" + "".join(str(d) for d in rng.integers(0, 10, size=8))
+        if a not in seen:
+            seen.add(a), out.append(a)
+    return out
+
+
 def build_catalogue(seed: int = 0, n_products: int = 300) -> list[Product]:
     rng = np.random.default_rng([seed, 1234])
     types = [(cat, sub, t) for cat, (sub, ts) in CATALOG.items() for t in ts]
@@ -191,6 +207,10 @@ def build_catalogue(seed: int = 0, n_products: int = 300) -> list[Product]:
             query=noun, attributes=attrs, options=options, price_tag=price_tag, price=price,
             description=f"This {noun} is {attrs[0]}, {attrs[1]} and {attrs[2]}.",
             bullets=[_title_case(attrs[0]), _title_case(attrs[2]), f"Package includes 1 {noun}"]))
+    if n_products <= ASIN_POOL_SIZE:   # ids from the fixed pool (own RNG stream: nothing else moves)
+        pool = asin_pool()
+        for p, j in zip(products, np.random.default_rng([seed, 4243]).choice(len(pool), n_products, replace=False)):
+            p.asin = pool[int(j)]
     return products
 
 
@@ -533,6 +553,17 @@ class WebShopEnv:
         self.s = _State(*rest[:5], dict(rest[5]), *rest[6:])
 
     # -- expert -------------------------------------------------------------------------------
+    def random_action(self, rng) -> str:
+        """A detour for the warm start's ε-noisy demos: on the search page a query of 1-4 random
+        words of the instruction (verl-agent's admissible list only has a placeholder there),
+        elsewhere a random clickable as the page shows it."""
+        if self.s.page == "search":
+            words = re.findall(r"[a-z]+", self.goal.instruction.split(" with ")[0].lower())
+            return f"search[{' '.join(rng.sample(words, min(len(words), rng.randint(1, 4))))}]"
+        cl = self.clickables()
+        c = rng.choice(cl) if cl else "back to search"
+        return f"click[{self.shop.by_asin[c].asin if c in self.shop.by_asin else c}]"
+
     def expert_action(self) -> str:
         """Next action of a shopper who knows the reward: buy the first result that can score
         1.0 with the right options. Replans from any page (detours cost at most ~3 steps)."""
@@ -544,8 +575,8 @@ class WebShopEnv:
             return f"search[{g.expert_query}]"
         if s.page == "results":
             here = [a for a in self._page_asins() if a in good]
-            if here:
-                return f"click[{here[0]}]"
+            if here:   # the id as the page shows it (upper case; WebShop lower-cases click arguments)
+                return f"click[{shop.by_asin[here[0]].asin}]"
             if good:   # a good product on another page of these results
                 return "click[next >]" if s.hits.index(good[0]) >= s.page_no * PER_PAGE else "click[< prev]"
             return "click[back to search]"
@@ -671,7 +702,7 @@ def vocabulary() -> list[str]:
               "Thank you for shopping with us! Your score min max",
               "search click back to search prev next description features reviews buy now",
               SEARCH_PLACEHOLDER, "B b", "[SEP]", "task obs act actions"}
-    return sorted(words)
+    return sorted(words | set(asin_pool()))
 
 
 def strip_instruction(obs: str) -> str:
@@ -727,4 +758,4 @@ def compact_prompt(v: envs.PromptInput, history_len: int = 2) -> str:
 SPEC = envs.EnvSpec(
     name="webshop", make=make, splits=("train", "test"), num_tasks=num_tasks, vocabulary=vocabulary,
     chat_prompt=chat_prompt, compact_prompt=compact_prompt, parse=envs.parse_action_tag,
-    task_types=TASK_TYPES)
+    task_types=TASK_TYPES, atomic=asin_pool)

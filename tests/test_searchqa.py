@@ -120,6 +120,25 @@ def test_expert_succeeds_on_all_generated_tasks():
             assert info["won"] and env.steps <= 3, (split, t, info["task"])
 
 
+def test_random_detours_are_searches_the_expert_recovers_from():
+    """SearchQA has no admissible list, so the warm start's ε-detours come from the env: a search
+    for a corpus title or for words of the question. After one detour the expert still wins
+    within the 4-turn budget."""
+    rng = random.Random(0)
+    env = S.make("train")
+    titles = set(env.index.title_id)
+    for t in range(60):
+        env.reset(t)
+        a = env.random_action(rng)
+        q = re.fullmatch(r"<search>(.*)</search>", a).group(1)
+        assert q in titles or set(q.split()) <= set(re.findall(r"[A-Za-z]+", env.q.question))
+        obs, r, done, info = env.step(a)
+        assert obs.startswith("\n\n<information>") and not done
+        while not done:
+            obs, r, done, info = env.step(env.expert_action())
+        assert info["won"], (t, a)
+
+
 def test_vocabulary_covers_everything():
     tok = lambda s: re.findall(r"[A-Za-z]+|[0-9]|[^A-Za-z0-9\s]", s)  # noqa: E731
     vocab = {t for w in S.vocabulary() for t in tok(w)}

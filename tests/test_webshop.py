@@ -210,6 +210,43 @@ def test_vocabulary_covers_everything():
     assert seen - vocab == set()
 
 
+def test_tiny_tokenizer_keeps_product_ids_whole():
+    """Built-in catalogue ids come from a fixed pool that SPEC.atomic hands to the tiny tokenizer:
+    the id the expert clicks is one token, the same token the results page shows."""
+    from policy import build_tokenizer, template_texts
+    spec = envs.get_spec("webshop")
+    tok = build_tokenizer(spec.vocabulary() + template_texts(spec), spec.atomic())
+    env = spec.make(split="test", seed=0)
+    env.reset(0)
+    env.step(env.expert_action())                         # results page
+    a = env.expert_action()
+    asin = a[len("click["):-1]
+    assert asin in W.asin_pool() and asin in env.s.obs    # shown and clicked exactly as written
+    ids = tok(env.s.obs, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == env.s.obs and tok.unk_token_id not in ids
+    assert tok.convert_ids_to_tokens(tok(f"<action>{a}</action>", add_special_tokens=False)["input_ids"]) == \
+        ["<action>", "click", "[", asin, "]", "</action>"]
+    assert env.step(a)[0].count("Buy Now") == 1           # the upper-case id is a valid click
+
+
+def test_random_detour_actions_are_real_actions():
+    """The warm start's ε-detours: a query from the instruction's words on the search page, a
+    current clickable elsewhere; each one changes the page or is WebShop's no-op, never raises."""
+    rng = random.Random(0)
+    env = W.make("train", seed=0)
+    for t in range(40):
+        obs, info = env.reset(t)
+        for _ in range(6):
+            a = env.random_action(rng)
+            if env.s.page == "search":
+                assert a.startswith("search[") and set(a[7:-1].split()) <= set(re.findall(r"[a-z]+", info["task"].lower()))
+            else:
+                assert a[6:-1].lower() in env.clickables()
+            obs, r, done, info = env.step(a)
+            if done:
+                break
+
+
 def test_prompts_and_parse():
     env = W.make("test")
     obs, info = env.reset(0)
