@@ -6,7 +6,7 @@ place; the returned dict holds this step's metrics, namespaced by method.
     python train.py --env alfworld --method gigpo          # or grpo-matched | spo-chain | spo-tree | criticsearch
 
 Notation: a group is the G trajectories of one task; trajectory i has turns t = 0..T_i−1 and binary
-outcome R_i = success; `pen_t` = invalid_penalty · 1[turn t lacked <action> tags] (grpo.py, dev. 2).
+outcome R_i = success (or WebShop's score with --reward score; rollout.outcome); `pen_t` = invalid_penalty · 1[turn t lacked <action> tags] (grpo.py, dev. 2).
 The formulas and their sources are in shared/reference/baselines.md; what is ours is marked OURS.
 
 grpo-matched — GRPO at ProVer's budget (ProVer paper's "budget-matched GRPO").
@@ -87,7 +87,7 @@ import torch
 import grpo
 import judge
 from prover import eligible
-from rollout import Trajectory, continue_from, make_trajectories, run_episodes, start_state
+from rollout import Trajectory, continue_from, make_trajectories, outcome, run_episodes, start_state
 
 EPS = 1e-6
 
@@ -199,7 +199,7 @@ def gigpo(groups, adv, run) -> dict:
     st = {"step_groups": 0, "clusters": 0, "shared_turns": 0, "abs_AS": 0.0}
     n_turns = 0
     for g, grp in enumerate(groups):
-        a, s = gigpo_group([tr.success for tr in grp], [[tn.obs for tn in tr.turns] for tr in grp],
+        a, s = gigpo_group([tr.R for tr in grp], [[tn.obs for tn in tr.turns] for tr in grp],
                            cfg.gigpo_gamma, cfg.gigpo_omega, cfg.gigpo_mode, cfg.gigpo_similarity)
         for i, tr in enumerate(grp):
             adv[g][i] = [_penalised(a[i][t], tn, cfg.invalid_penalty) for t, tn in enumerate(tr.turns)]
@@ -253,16 +253,16 @@ def spo_chain(groups, adv, run) -> dict:
     if starts:                                        # one batched call: N per unique boundary
         envs = run.envs(len(starts) * N)
         finals = continue_from(run.agent, envs, starts, N, cfg.temperature, _seed(run, 2))
-        wins = [float(f.info.get("won", False)) for f in finals]
+        wins = [outcome(f.info, run.agent.reward) for f in finals]
     V = [sum(wins[j * N:(j + 1) * N]) / N for j in range(len(starts))]
     n_bounds = 0
     for g in todo:
         grp = groups[g]
-        v0 = sum(tr.success for tr in grp) / len(grp)
+        v0 = sum(tr.R for tr in grp) / len(grp)
         for i, tr in enumerate(grp):
             bs = chain_boundaries(len(tr.turns), cfg.spo_interval)
             n_bounds += len(bs)
-            a = chain_advantages(len(tr.turns), bs, [V[keys[_state_key(tr, b)]] for b in bs], v0, tr.success)
+            a = chain_advantages(len(tr.turns), bs, [V[keys[_state_key(tr, b)]] for b in bs], v0, tr.R)
             adv[g][i] = [_penalised(x, tn, cfg.invalid_penalty) for x, tn in zip(a, tr.turns)]
     return {"spo/eligible": len(todo), "spo/boundaries": n_bounds, "spo/unique_states": len(starts),
             "spo/continuations": len(starts) * N}
@@ -330,7 +330,7 @@ def build_tree(groups, todo, run, depths: list[int], b: int) -> tuple[list[Node]
                 nxt.append((k, node, tr, loc, d))       # its own remainder is one child (prefix reuse)
                 req += [(k, node, tr.turns[loc].state)] * (b - 1)
             else:
-                parent.edges.append(Edge(None, tr.success, tr, off, len(tr.turns)))
+                parent.edges.append(Edge(None, tr.R, tr, off, len(tr.turns)))
         if req:
             envs = run.envs(len(req))
             turns, finals = run_episodes(run.agent, envs, [s for _, _, s in req], cfg.temperature,
@@ -338,12 +338,13 @@ def build_tree(groups, todo, run, depths: list[int], b: int) -> tuple[list[Node]
                                          fresh_env_randomness=True)
             for (k, node, _), ts, f in zip(req, turns, finals):
                 grp = groups[todo[k]]
-                tr = make_trajectories([ts], [f], grp[0].group_id, grp[0].task, start_step=d)[0]
+                tr = make_trajectories([ts], [f], grp[0].group_id, grp[0].task, start_step=d,
+                                       reward=run.agent.reward)[0]
                 extra[k].append(tr)
                 nxt.append((k, node, tr, 0, d))
         frontier = nxt
     for k, parent, tr, off, a in frontier:
-        parent.edges.append(Edge(None, tr.success, tr, off, len(tr.turns)))
+        parent.edges.append(Edge(None, tr.R, tr, off, len(tr.turns)))
     return roots, extra
 
 

@@ -72,7 +72,7 @@ def trajectory_advantages(groups, norm_std: bool = False, invalid_penalty: float
     """GRPO per-turn advantages for a list of groups of Trajectory: adv[g][i][t]."""
     out = []
     for grp in groups:
-        A = group_advantages(torch.tensor([[tr.success for tr in grp]], dtype=torch.float64), norm_std)[0]
+        A = group_advantages(torch.tensor([[tr.R for tr in grp]], dtype=torch.float64), norm_std)[0]
         out.append([[float(A[i]) - invalid_penalty * (not turn.valid) for turn in tr.turns]
                     for i, tr in enumerate(grp)])
     return out

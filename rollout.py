@@ -73,10 +73,30 @@ class Trajectory:
     won: bool
     score: float                      # benchmark score in [0, 1] (= won for ALFWorld)
     start_step: int = 0               # >0 for continuations from a restored state
+    R: float | None = None            # the outcome advantages use (see `outcome`); default 1[won]
+
+    def __post_init__(self):
+        if self.R is None:
+            self.R = float(self.won)
 
     @property
     def success(self) -> float:
         return float(self.won)
+
+
+REWARDS = ("success", "score")
+
+
+def outcome(info: dict, reward: str = "success") -> float:
+    """The trajectory outcome R that GRPO's advantages and every value estimate (verification,
+    SPO) use: `success` = 1[won] (binary, as in the ProVer paper and verl-agent), or `score` = the
+    benchmark's score in [0, 1] (WebShop's own env reward: partial credit for type, attributes,
+    options and price; equals success on ALFWorld and SearchQA)."""
+    if reward == "score":
+        return float(info.get("score", 0.0))
+    if reward == "success":
+        return float(bool(info.get("won", False)))
+    raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
 
 
 @dataclass
@@ -89,6 +109,7 @@ class Agent:
     history_len: int = 2
     max_new_tokens: int = 24
     max_prompt_tokens: int = 1536
+    reward: str = "success"           # trajectory outcome R: success | score (see `outcome`)
     counter: Counter = field(default_factory=Counter)
 
     def prompt_ids(self, s: AgentState) -> list[int]:
@@ -164,11 +185,11 @@ def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temper
 
 
 def make_trajectories(turns: list[list[Turn]], finals: list[AgentState], group_id: int, task: int,
-                      start_step: int = 0) -> list[Trajectory]:
+                      start_step: int = 0, reward: str = "success") -> list[Trajectory]:
     return [Trajectory(traj_id=j, group_id=group_id, task=task, task_text=f.info.get("task", ""),
                        task_type=f.info.get("task_type", ""), turns=ts,
                        won=bool(f.info.get("won", False)), score=float(f.info.get("score", 0.0)),
-                       start_step=start_step)
+                       start_step=start_step, R=outcome(f.info, reward))
             for j, (ts, f) in enumerate(zip(turns, finals))]
 
 
@@ -185,7 +206,7 @@ def rollout_groups(agent: Agent, envs: list[Env], tasks: list[int], G: int, temp
     eids = [pos[k] * G + j for k in range(len(tasks)) for j in range(G)]
     turns, finals = run_episodes(agent, envs[:n], starts, temperature, seed, purpose, keep_states, progress,
                                  episode_ids=eids)
-    return [make_trajectories(turns[k * G:(k + 1) * G], finals[k * G:(k + 1) * G], pos[k], t)
+    return [make_trajectories(turns[k * G:(k + 1) * G], finals[k * G:(k + 1) * G], pos[k], t, reward=agent.reward)
             for k, t in enumerate(tasks)]
 
 

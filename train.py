@@ -59,7 +59,7 @@ class Config:
     """tasks (groups) per update"""
     eval_every: int = 10
     """evaluate every N updates (0 = never)"""
-    eval_episodes: int = 64
+    eval_episodes: int = 128
     """held-out episodes per evaluation (N tasks spread evenly over the eval split, all task types)"""
     eval_split: str = ""
     """held-out split (default: the env's first held-out split, e.g. valid_seen)"""
@@ -82,7 +82,7 @@ class Config:
     """auto | builtin | real: real benchmark data/engine (ALFWorld official games, WebShop repo, retrieval server)"""
     max_steps: int = 0
     """episode step limit (0 = the benchmark's: ALFWorld 50, WebShop 15, SearchQA 4)"""
-    history_len: int = 2
+    history_len: int = 4
     """past (observation, action) steps shown in the prompt"""
     chat_prompt: bool = False
     """use the benchmark's full verl-agent chat prompt (default for --model) instead of the compact one"""
@@ -95,6 +95,8 @@ class Config:
     """PPO clip range ε"""
     kl_coef: float = 0.0
     """k3 KL to a frozen copy of the initial policy (0 = no reference model)"""
+    reward: str = "success"
+    """trajectory outcome R for advantages and value estimates: success (1 if won) | score (the benchmark's score in [0, 1]; WebShop's own env reward)"""
     invalid_penalty: float = 0.1
     """subtracted from the advantage of a turn whose output lacked <action> tags"""
     max_new_tokens: int = 24
@@ -149,7 +151,7 @@ class Config:
     """tiny policy depth"""
     bc_episodes: int = 400
     """behaviour cloning: noisy expert episodes"""
-    bc_steps: int = 600
+    bc_steps: int = 400
     """behaviour cloning: optimizer steps (few on purpose: the policy starts imperfect)"""
     bc_seed: int = -1
     """seed of the warm start (-1 = --seed); fix it to compare RL seeds from one warm-started policy"""
@@ -186,6 +188,7 @@ CHOICES = {
     "preset": ["small", "full"],
     "env_backend": ["auto", "builtin", "real"],
     "device": ["auto", "cpu", "cuda"],
+    "reward": ["success", "score"],
 }
 
 
@@ -204,17 +207,40 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"train.py: error: {message}\n")
 
 
-def parse_args(argv=None) -> Config:
-    p = OneLineParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+# Per-benchmark defaults: a flag the user does not pass takes its value from here when the
+# benchmark needs something other than the Config default (which is tuned for ALFWorld). Why:
+# WebShop pages are ~550 tokens, so its prompts carry no history and its warm start is shorter;
+# SearchQA episodes are 4 short turns, so updates are cheap and many more fit in the same time.
+ENV_DEFAULTS: dict[str, dict] = {
+    "webshop": {"history_len": 0, "bc_episodes": 200, "bc_steps": 300, "reward": "score"},
+    "searchqa": {},
+}
+
+
+def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
+    epilog = "per-benchmark defaults (used when the flag is not given): " + "; ".join(
+        f"{e}: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in d.items()) for e, d in ENV_DEFAULTS.items() if d)
+    p = OneLineParser(description=__doc__.split("\n")[0], epilog=epilog,
+                      formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     docs = field_docs(Config)
     for f in fields(Config):
         flag = "--" + f.name.replace("_", "-")
+        default = argparse.SUPPRESS if suppress_defaults else f.default
         if f.type in ("bool", bool):
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=docs.get(f.name))
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=docs.get(f.name))
         else:
             typ = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str) else f.type.__name__]
-            p.add_argument(flag, type=typ, default=f.default, choices=CHOICES.get(f.name), help=docs.get(f.name))
-    return Config(**vars(p.parse_args(argv)))
+            p.add_argument(flag, type=typ, default=default, choices=CHOICES.get(f.name), help=docs.get(f.name))
+    return p
+
+
+def parse_args(argv=None) -> Config:
+    cfg = Config(**vars(build_parser().parse_args(argv)))
+    given = vars(build_parser(suppress_defaults=True).parse_args(argv))   # only the flags on the command line
+    for k, v in ENV_DEFAULTS.get(cfg.env, {}).items():
+        if k not in given:
+            setattr(cfg, k, v)
+    return cfg
 
 
 # ---------------------------------------------------------------------------------------------
@@ -550,7 +576,7 @@ def setup(cfg: Config, log) -> Trainer:
     model = model_extras(cfg, model, device)
     gen = generator_setup(cfg, model, tok, model_dir)
     agent = Agent(gen, tok, spec, compact=not (cfg.chat_prompt or cfg.model), history_len=cfg.history_len,
-                  max_new_tokens=cfg.max_new_tokens, counter=counter)
+                  max_new_tokens=cfg.max_new_tokens, reward=cfg.reward, counter=counter)
     run = Run(cfg, agent, spec, env_kw, [], judge_setup(cfg, model, tok), cfg.out, start)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
     ucfg = grpo.UpdateCfg(lr=cfg.lr, clip_low=cfg.clip, clip_high=cfg.clip, kl_coef=cfg.kl_coef,
@@ -645,7 +671,7 @@ def train_step(tr: Trainer, step: int, methods, log) -> dict | None:
     # 6. metrics, reduced over ranks
     trajs = [t for g in groups for t in g]
     local = {"outcomes": [(t.success, t.score, len(t.turns), sum(not tn.valid for tn in t.turns)) for t in trajs],
-             "mixed": sum(0 < sum(t.success for t in g) < len(g) for g in groups),
+             "mixed": sum(len({t.R for t in g}) > 1 for g in groups),   # groups with a GRPO signal
              "counts": {k: agent.counter[k] - before[k] for k in agent.counter}, "credit": cstats}
     parts = gather(local, tr.world)
     if tr.rank != 0:

@@ -11,7 +11,8 @@ and sample K current-policy continuations from each, with the episode's remainin
 
     Δ̂ = mean_k R_post,k − mean_k R_pre,k,      SE(Δ̂) = sqrt(s²_post/K + s²_pre/K)
 
-with binary R (success) and s² the unbiased sample variance. Given the segment, Δ̂ is an unbiased
+with R the episode outcome (binary success; WebShop's score in [0, 1] under --reward score) and
+s² the unbiased sample variance. Given the segment, Δ̂ is an unbiased
 estimate of A_seg when restoring is exact — which our snapshots guarantee (agent context and env
 state are restored exactly; an env with randomness left redraws it per continuation, so V(s) averages
 over it rather than over one fixed draw — see `rollout.run_episodes(fresh_env_randomness=...)`).
@@ -28,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rollout import Agent, Trajectory, continue_from
+from rollout import Agent, Trajectory, continue_from, outcome
 
 
 @dataclass
@@ -58,8 +59,8 @@ def estimate(agent: Agent, envs: list, traj: Trajectory, start_turn: int, end_tu
     s_post = traj.turns[end_turn + 1].state
     assert s_pre is not None and s_post is not None, "trajectory was rolled out without restore handles"
     finals = continue_from(agent, envs, [s_pre, s_post], K, temperature, seed, purpose="verify")
-    pre = [float(f.info.get("won", False)) for f in finals[:K]]
-    post = [float(f.info.get("won", False)) for f in finals[K:]]
+    pre = [outcome(f.info, agent.reward) for f in finals[:K]]     # R = success (or score: --reward)
+    post = [outcome(f.info, agent.reward) for f in finals[K:]]
     sr_pre, sr_post = sum(pre) / K, sum(post) / K
     return Verification(delta=sr_post - sr_pre, se=math.sqrt(_var(pre) / K + _var(post) / K),
                         sr_pre=sr_pre, sr_post=sr_post, k=K, pre=pre, post=post)

@@ -58,7 +58,7 @@ def real_speed(preset, n_games):
     os.environ.setdefault("ALFWORLD_DATA", tempfile.mkdtemp(prefix="alfworld_data_"))
     import alfworld_tw
     out = tempfile.mkdtemp(prefix="alfworld_gen_")
-    steps, t_step, t_load, sim_steps, t_sim = 0, 0.0, 0.0, 0, 0.0
+    steps, t_step, t_load, t_sim = 0, 0.0, 0.0, 0.0
     for i in range(n_games):
         g = H.generate_game("train", preset, 99, i, task_type=H.TASK_TYPES[i % 6])
         path = alfworld_tw.write_game(g, out)

@@ -163,7 +163,7 @@ class FakeEpisodes:
 
 
 def fake_run(c, tmp_path=None, judge=None):
-    return SimpleNamespace(cfg=c, agent=SimpleNamespace(counter=Counter()), envs=lambda n: [None] * n,
+    return SimpleNamespace(cfg=c, agent=SimpleNamespace(counter=Counter(), reward="success"), envs=lambda n: [None] * n,
                            judge=judge, out=str(tmp_path or "."), step=1)
 
 
@@ -316,7 +316,6 @@ def _mixed_groups(run):
 def test_real_continuations(tiny_run, method):
     import grpo
     groups = _mixed_groups(tiny_run)
-    T = [len(tr.turns) for tr in groups[0]]
     adv = grpo.trajectory_advantages(groups, False, 0.1)
     before = Counter(tiny_run.agent.counter)
     m = baselines.METHODS[method](groups, adv, tiny_run)

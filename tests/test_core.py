@@ -186,6 +186,25 @@ def test_invalid_format_penalty_on_turn_only():
     assert adv == [[[0.5, 0.4], [-0.5]]]
 
 
+def test_score_reward_is_the_outcome_when_asked():
+    """--reward score: R = the benchmark score (WebShop's partial credit), so a group with no win
+    still has a GRPO signal; --reward success keeps R = 1[won]."""
+    from rollout import AgentState, make_trajectories, outcome
+    finals = [AgentState(None, "", {"won": w, "score": s}, (), 3) for w, s in ((False, 0.75), (False, 0.25), (True, 1.0))]
+    turns = [[] for _ in finals]
+    succ = make_trajectories(turns, finals, 0, 0)
+    score = make_trajectories(turns, finals, 0, 0, reward="score")
+    assert [t.R for t in succ] == [0.0, 0.0, 1.0] and [t.R for t in score] == [0.75, 0.25, 1.0]
+    assert [t.success for t in score] == [0.0, 0.0, 1.0]            # success metrics stay 1[won]
+    with pytest.raises(ValueError, match="reward"):
+        outcome({}, "wins")
+    from rollout import Turn
+    for grp in (score,):
+        for t in grp:
+            t.turns = [Turn(0, "o", [], "x", "a", True, "o", 0.0, True)]
+    assert [round(a[0], 6) for a in grpo.trajectory_advantages([score], invalid_penalty=0.0)[0]] == [0.083333, -0.416667, 0.333333]
+
+
 # --------------------------------------------------------------------------- prompts / parsing
 def test_parse_action_first_tag_lowercased_and_invalid_fallback():
     assert envs.parse_action_tag("<think>x</think><action> Go To Desk 1 </action><action>b</action>") == ("go to desk 1", True)

@@ -67,6 +67,17 @@ def test_bad_flag_value_one_line_error(tmp_path, cache):
     assert r.stderr.strip().count("\n") == 0 and "--method" in r.stderr and "nope" in r.stderr
 
 
+def test_per_benchmark_defaults_yield_to_explicit_flags():
+    sys.path.insert(0, ROOT)
+    import train
+    ws = train.parse_args(["--env", "webshop"])
+    assert (ws.history_len, ws.reward) == (train.ENV_DEFAULTS["webshop"]["history_len"], "score")
+    mine = train.parse_args(["--env", "webshop", "--history-len", "3", "--reward", "success"])
+    assert (mine.history_len, mine.reward) == (3, "success")
+    al = train.parse_args([])
+    assert (al.history_len, al.reward) == (train.Config.history_len, "success")
+
+
 def test_missing_model_path_one_line_error(tmp_path, cache):
     r = run(["--model", str(tmp_path / "no-such-model"), "--iters", "1", "--out", str(tmp_path / "o")], cache, timeout=120)
     assert r.returncode == 2
