@@ -1,0 +1,131 @@
+"""bench/learning.py — does the README's first command learn? Held-out success of the default
+`train.py` run, per seed, against updates and wall-clock time.
+
+    python bench/learning.py                                # ALFWorld, seeds 0 1 2, two runs side by side
+    python bench/learning.py --env webshop --seeds 0        # any benchmark; extra train.py flags after --
+    python bench/learning.py --dirs runs/a runs/b           # only summarise existing run directories
+
+Each seed is `python train.py --env <env> --seed <s> --out results/runs/learning-<env>-s<s>` with
+every other flag at its default (its own warm start, as a user gets it; a cached warm start is
+reused). Finished runs are not re-run. Writes:
+
+  results/learning_<env>.md    per seed: warm-start held-out success (score), every evaluation with
+                               its update and minute, the best and last values and their gain over
+                               the warm start, and the last evaluation within --minutes
+  results/learning_<env>.json  the same numbers, machine-readable
+  results/learning_<env>.png   held-out success against updates and against minutes, one line per seed
+
+Minutes are `time/wall_s` (process start to the evaluation: warm start + updates + evaluations).
+Runs side by side share the CPU, so with --jobs 2 on 2 cores each run gets about one core — the
+tiny policy uses one thread anyway (`--threads 0` = 1 for it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_seed(env: str, seed: int, out: str, extra: list[str]) -> int:
+    state = os.path.join(out, "checkpoint", "state.json")
+    cfg = os.path.join(out, "config.json")
+    if os.path.exists(state) and os.path.exists(cfg) and json.load(open(state))["step"] >= json.load(open(cfg))["iters"]:
+        return 0
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--env", env, "--seed", str(seed), "--out", out, *extra]
+    with open(os.path.join(os.path.dirname(out), f"{os.path.basename(out)}.log"), "w") as log:
+        return subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+
+def curve(d: str) -> dict:
+    rows = [json.loads(line) for line in open(os.path.join(d, "metrics.jsonl")) if line.strip()]
+    ev = [r for r in rows if "eval/success" in r]
+    if not ev or ev[0]["step"] != 0:
+        raise ValueError(f"{d}: no warm-start evaluation (step 0) in metrics.jsonl")
+    pts = [{"step": r["step"], "minutes": round(r["time/wall_s"] / 60, 1) if "time/wall_s" in r else None,
+            "success": r["eval/success"], "score": r["eval/score"]} for r in ev]
+    return {"dir": d, "seed": json.load(open(os.path.join(d, "config.json")))["seed"], "points": pts}
+
+
+def summarise(curves: list[dict], minutes: float) -> dict:
+    for c in curves:
+        p0, pts = c["points"][0], c["points"]
+        best = max(pts[1:] or pts, key=lambda p: p["success"])
+        inside = [p for p in pts if p["minutes"] is not None and p["minutes"] <= minutes]
+        c.update(warm=p0["success"], warm_score=p0["score"], last=pts[-1]["success"], best=best["success"],
+                 best_step=best["step"], gain_last=pts[-1]["success"] - p0["success"],
+                 gain_best=best["success"] - p0["success"])
+        if inside:
+            c.update(within=inside[-1]["success"], within_step=inside[-1]["step"],
+                     gain_within=inside[-1]["success"] - p0["success"])
+    return {"minutes": minutes, "runs": curves}
+
+
+def write(env: str, s: dict, out_dir: str) -> str:
+    os.makedirs(out_dir, exist_ok=True)
+    lines = [f"# Held-out success of the default `train.py --env {env}` run\n",
+             "| seed | warm start | best (update) | last | last − warm | within "
+             f"{s['minutes']:g} min (update) | within − warm |", "|---|---|---|---|---|---|---|"]
+    for c in s["runs"]:
+        w = (f"{c['within']:.3f} ({c['within_step']}) | {c['gain_within']:+.3f}" if "within" in c else "n/a | n/a")
+        lines.append(f"| {c['seed']} | {c['warm']:.3f} | {c['best']:.3f} ({c['best_step']}) | {c['last']:.3f} | "
+                     f"{c['gain_last']:+.3f} | {w} |")
+    lines.append("\nEvery evaluation (update: success / score @ minute):\n")
+    for c in s["runs"]:
+        pts = ", ".join(f"{p['step']}: {p['success']:.3f}/{p['score']:.3f}"
+                        + (f" @{p['minutes']:g}" if p["minutes"] is not None else "") for p in c["points"])
+        lines.append(f"- seed {c['seed']} (`{c['dir']}`): {pts}")
+    md = os.path.join(out_dir, f"learning_{env}.md")
+    open(md, "w").write("\n".join(lines) + "\n")
+    json.dump(s, open(os.path.join(out_dir, f"learning_{env}.json"), "w"), indent=1)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
+    for c in s["runs"]:
+        xs = [p["step"] for p in c["points"]]
+        ax[0].plot(xs, [p["success"] for p in c["points"]], marker="o", ms=3, label=f"seed {c['seed']}")
+        tm = [(p["minutes"], p["success"]) for p in c["points"] if p["minutes"] is not None]
+        if tm:
+            ax[1].plot(*zip(*tm), marker="o", ms=3, label=f"seed {c['seed']}")
+    ax[0].set_xlabel("updates"), ax[1].set_xlabel("minutes since launch")
+    ax[1].axvline(s["minutes"], color="grey", ls=":", lw=1)
+    for a in ax:
+        a.set_ylabel("held-out success"), a.grid(alpha=0.3), a.legend()
+    fig.suptitle(f"train.py --env {env} (defaults)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, f"learning_{env}.png"), dpi=110)
+    return md
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--env", default="alfworld")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--jobs", type=int, default=2, help="runs side by side")
+    p.add_argument("--minutes", type=float, default=30.0, help="report the last evaluation within this many minutes")
+    p.add_argument("--dirs", nargs="+", help="summarise these run directories instead of running")
+    p.add_argument("--out", default=os.path.join(ROOT, "results"))
+    p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra train.py flags")
+    a = p.parse_args(argv)
+    extra = a.extra[1:] if a.extra[:1] == ["--"] else a.extra
+    dirs = a.dirs
+    if not dirs:
+        dirs = [os.path.join(a.out, "runs", f"learning-{a.env}-s{s}") for s in a.seeds]
+        for d in dirs:
+            os.makedirs(os.path.dirname(d), exist_ok=True)
+        with ThreadPoolExecutor(a.jobs) as ex:
+            codes = list(ex.map(lambda sd: run_seed(a.env, sd[0], sd[1], extra), zip(a.seeds, dirs)))
+        if any(codes):
+            sys.exit(f"bench/learning.py: error: train.py failed for seeds "
+                     f"{[s for s, c in zip(a.seeds, codes) if c]} (see results/runs/*.log)")
+    md = write(a.env, summarise([curve(d) for d in dirs], a.minutes), a.out)
+    print(open(md).read())
+
+
+if __name__ == "__main__":
+    main()
