@@ -47,6 +47,7 @@ def curve(d: str) -> dict:
     if not ev or ev[0]["step"] != 0:
         raise ValueError(f"{d}: no warm-start evaluation (step 0) in metrics.jsonl")
     pts = [{"step": r["step"], "minutes": round(r["time/wall_s"] / 60, 1) if "time/wall_s" in r else None,
+            "approx": bool(r.get("time/wall_s_reconstructed")),    # minutes rebuilt from the run's log
             "success": r["eval/success"], "score": r["eval/score"]} for r in ev]
     return {"dir": d, "seed": json.load(open(os.path.join(d, "config.json")))["seed"], "points": pts}
 
@@ -56,28 +57,32 @@ def summarise(curves: list[dict], minutes: float) -> dict:
         p0, pts = c["points"][0], c["points"]
         best = max(pts[1:] or pts, key=lambda p: p["success"])
         inside = [p for p in pts if p["minutes"] is not None and p["minutes"] <= minutes]
-        c.update(warm=p0["success"], warm_score=p0["score"], last=pts[-1]["success"], best=best["success"],
-                 best_step=best["step"], gain_last=pts[-1]["success"] - p0["success"],
+        c.update(warm=p0["success"], warm_score=p0["score"], last=pts[-1]["success"], last_score=pts[-1]["score"],
+                 best=best["success"], best_step=best["step"], gain_last=pts[-1]["success"] - p0["success"],
                  gain_best=best["success"] - p0["success"])
         if inside:
-            c.update(within=inside[-1]["success"], within_step=inside[-1]["step"],
-                     gain_within=inside[-1]["success"] - p0["success"])
+            c.update(within=inside[-1]["success"], within_score=inside[-1]["score"], within_step=inside[-1]["step"],
+                     gain_within=inside[-1]["success"] - p0["success"],
+                     gain_within_score=inside[-1]["score"] - p0["score"])
     return {"minutes": minutes, "runs": curves}
 
 
 def write(env: str, s: dict, out_dir: str) -> str:
     os.makedirs(out_dir, exist_ok=True)
-    lines = [f"# Held-out success of the default `train.py --env {env}` run\n",
-             "| seed | warm start | best (update) | last | last − warm | within "
+    lines = [f"# Held-out success (score) of the default `train.py --env {env}` run\n",
+             "| seed | warm start | best success (update) | last | last − warm | within "
              f"{s['minutes']:g} min (update) | within − warm |", "|---|---|---|---|---|---|---|"]
     for c in s["runs"]:
-        w = (f"{c['within']:.3f} ({c['within_step']}) | {c['gain_within']:+.3f}" if "within" in c else "n/a | n/a")
-        lines.append(f"| {c['seed']} | {c['warm']:.3f} | {c['best']:.3f} ({c['best_step']}) | {c['last']:.3f} | "
-                     f"{c['gain_last']:+.3f} | {w} |")
-    lines.append("\nEvery evaluation (update: success / score @ minute):\n")
+        w = (f"{c['within']:.3f} ({c['within_score']:.3f}) @ {c['within_step']} | {c['gain_within']:+.3f} "
+             f"({c['gain_within_score']:+.3f})" if "within" in c else "n/a | n/a")
+        lines.append(f"| {c['seed']} | {c['warm']:.3f} ({c['warm_score']:.3f}) | {c['best']:.3f} ({c['best_step']}) | "
+                     f"{c['last']:.3f} ({c['last_score']:.3f}) | {c['gain_last']:+.3f} | {w} |")
+    lines.append("\nEvery evaluation (update: success / score @ minutes since launch; ~ = minutes rebuilt from "
+                 "the run's log, see `time/wall_s_reconstructed` in its metrics):\n")
     for c in s["runs"]:
         pts = ", ".join(f"{p['step']}: {p['success']:.3f}/{p['score']:.3f}"
-                        + (f" @{p['minutes']:g}" if p["minutes"] is not None else "") for p in c["points"])
+                        + (f" @{'~' if p['approx'] else ''}{p['minutes']:g}" if p["minutes"] is not None else "")
+                        for p in c["points"])
         lines.append(f"- seed {c['seed']} (`{c['dir']}`): {pts}")
     md = os.path.join(out_dir, f"learning_{env}.md")
     open(md, "w").write("\n".join(lines) + "\n")
