@@ -188,12 +188,12 @@ def update(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=N
     summed over ranks — so every rank takes exactly the step a single process would take on the
     union of the rows, and the weights stay identical without a DDP wrapper."""
     dev = next(model.parameters()).device
-    # the token-mean denominator: every action token of the batch, on every rank (deviation 3)
-    n_tok = int(_all_reduce(torch.tensor([float(sum(len(r.action_ids) for r in rows))], device=dev)).item())
-    if cfg.kl_coef == 0:
-        rows = [r for r in rows if r.adv != 0.0]                     # deviation 3
-    rows = sorted(rows, key=lambda r: len(r.prompt_ids) + len(r.action_ids))
-    n_trained = int(_all_reduce(torch.tensor([float(sum(len(r.action_ids) for r in rows))], device=dev)).item())
+    kept = rows if cfg.kl_coef != 0 else [r for r in rows if r.adv != 0.0]      # deviation 3
+    # token counts summed over ranks in one call: the token-mean denominator is every action
+    # token of the batch (deviation 3); n_trained only those of the rows kept
+    counts = _all_reduce(torch.tensor([float(sum(len(r.action_ids) for r in rs)) for rs in (rows, kept)], device=dev))
+    n_tok, n_trained = int(counts[0].item()), int(counts[1].item())
+    rows = sorted(kept, key=lambda r: len(r.prompt_ids) + len(r.action_ids))
     if n_tok == 0:
         return {"loss/pg": 0.0, "train/rows": 0, "train/tokens_trained": 0, "train/skipped_nonfinite": 0,
                 "train/grad_norm": 0.0}

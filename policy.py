@@ -41,7 +41,7 @@ MARKUP = ["<action>", "</action>", "<think>", "</think>", "<search>", "</search>
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
           " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
           "{% endif %}")
-BC_VERSION = 3  # bump when the warm-start recipe changes so stale caches are not reused
+BC_VERSION = 4  # bump when the warm-start recipe changes so stale caches are not reused
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,8 +254,11 @@ def collect_demos(spec, env_kwargs: dict, agent_fmt, bc: BCConfig, seed: int):
             data.append((agent_fmt.prompt_ids(s), tgt))
             a = a_star
             if rng.random() < bc.epsilon:   # a detour: the env's own notion of one, else an admissible action
-                adm = [a for a in (s.info.get("admissible") or []) if a not in ("help", "look", "inventory")]
-                a = env.random_action(rng) if hasattr(env, "random_action") else rng.choice(adm) if adm else a_star
+                if hasattr(env, "random_action"):
+                    a = env.random_action(rng)
+                else:
+                    adm = [x for x in (s.info.get("admissible") or []) if x not in ("help", "look", "inventory")]
+                    a = rng.choice(adm) if adm else a_star
             obs, r, done, info = env.step(a)
             s = AgentState(None, obs, info, s.history + ((s.obs, a),), s.step + 1)
             if done:
@@ -304,9 +307,9 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
     from transformers import AutoModelForCausalLM, AutoTokenizer
     key = json.dumps({"env": spec.name, "env_kwargs": env_kwargs, "tiny": asdict(tiny), "bc": asdict(bc),
                       "seed": seed, "history_len": history_len, "v": BC_VERSION,
-                      # the env's text and demos: a changed vocabulary or env warm-start recipe is a new key
-                      "vocab": hashlib.sha1("\n".join(spec.vocabulary() + spec.atomic()).encode()).hexdigest()[:12],
-                      "env_v": spec.extra.get("warm_start_version", 0)}, sort_keys=True)
+                      # the env's text: a changed vocabulary (e.g. new product ids) is a new key
+                      "vocab": hashlib.sha1("\n".join(spec.vocabulary() + spec.atomic()).encode()).hexdigest()[:12]},
+                     sort_keys=True)
     folder = os.path.join(os.path.expanduser(cache_dir), f"tiny-{spec.name}-{hashlib.sha1(key.encode()).hexdigest()[:12]}")
     if os.path.exists(os.path.join(folder, "done.json")):
         log(f"tiny policy: cached warm start at {folder}")

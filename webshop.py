@@ -51,6 +51,7 @@ tests: `python -m pytest -q tests/test_webshop.py`.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import string
@@ -163,17 +164,22 @@ def _title_case(s: str) -> str:
 ASIN_POOL_SIZE = 1000
 
 
-def asin_pool() -> list[str]:
-    """A fixed, seed-independent list of ASINs ("B0" + 8 digits). Catalogues of up to
-    ASIN_POOL_SIZE products take their ids from it, so the ids are part of the closed vocabulary
-    and the tiny policy's tokenizer can keep each one whole (`SPEC.atomic`): copying a product id
-    from the page is then one token, not ten digits in a row."""
+@functools.lru_cache(maxsize=1)
+def _asin_pool() -> tuple[str, ...]:
     rng, out, seen = np.random.default_rng(4242), [], set()
     while len(out) < ASIN_POOL_SIZE:
         a = "B0" + "".join(str(d) for d in rng.integers(0, 10, size=8))
         if a not in seen:
             seen.add(a), out.append(a)
-    return out
+    return tuple(out)
+
+
+def asin_pool() -> list[str]:
+    """A fixed, seed-independent list of ASINs ("B0" + 8 digits). Catalogues of up to
+    ASIN_POOL_SIZE products take their ids from it, so the ids are part of the closed vocabulary
+    and the tiny policy's tokenizer can keep each one whole (`SPEC.atomic`): copying a product id
+    from the page is then one token, not ten digits in a row."""
+    return list(_asin_pool())
 
 
 def build_catalogue(seed: int = 0, n_products: int = 300) -> list[Product]:
