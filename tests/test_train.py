@@ -48,6 +48,9 @@ def test_default_prover_run_writes_contract_and_resumes(tmp_path, cache):
     for k in ("train/success", "eval/success", "tokens/rollout", "tokens/verify", "tokens/judge", "env_steps/total", "time/iter_s"):
         assert k in rows[-1], k
     assert rows[1]["tokens/rollout"] > 0 and rows[1]["env_steps/total"] > 0
+    # the 4 eval tasks are spread over valid_seen (ordered by type), not its first 4 (one type)
+    assert len([k for k in rows[0] if k.startswith("eval/success/")]) == 4
+    assert 0 < rows[0]["time/wall_s"] <= rows[1]["time/wall_s"] <= rows[2]["time/wall_s"]
     assert (out / "curves.png").stat().st_size > 1000
     assert (out / "segments.md").exists()
     ck = out / "checkpoint"
