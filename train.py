@@ -161,6 +161,8 @@ class Config:
     """where warm-started tiny policies are cached (keyed by env + config)"""
     threads: int = 0
     """torch CPU threads (0 = auto: 1 for the tiny policy, whose ops are too small to split, all cores for --model)"""
+    workers: int = 0
+    """local data-parallel worker processes (0 = auto: one per CPU core, at most --tasks-per-iter, for the tiny policy on CPU; 1 for --model, --rollout vllm and CUDA, where torchrun is the tool). Each worker rolls out and evaluates its share of the tasks; gradients are summed, so an update is the one a single process would take"""
     # --- scale-out / real models
     device: str = "auto"
     """auto (cuda for --model when available, else cpu) | cpu | cuda"""
@@ -488,23 +490,32 @@ def read_metrics(path: str, upto: int | None = None) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 # Evaluation
 # ---------------------------------------------------------------------------------------------
-def evaluate(agent, spec, env_kw, split: str, n: int, temperature: float, seed: int, eval_envs: list) -> dict:
+def evaluate(agent, spec, env_kw, split: str, n: int, temperature: float, seed: int, eval_envs: list,
+             rank: int = 0, world: int = 1) -> dict:
+    """Held-out success at low temperature. With several workers each evaluates every world-th
+    task and rank 0 merges them; episode seeds come from the task's global position, so the
+    result does not depend on the number of workers. Every rank must call it."""
     from rollout import rollout_groups
     nt = spec.num_tasks(split)
     n = min(n, nt) if nt else n
-    while len(eval_envs) < n:
-        eval_envs.append(spec.make(split=split, seed=seed, **env_kw))
     # n tasks spread evenly over the split (its tasks are ordered by type), so every task type is
     # evaluated in proportion even when n is smaller than the split
     tasks = [i * nt // n for i in range(n)] if nt else list(range(n))
-    groups = rollout_groups(agent, eval_envs, tasks, 1, temperature, seed=seed + 7,
-                            purpose="eval", keep_states=False)
-    trajs = [g[0] for g in groups]
-    m = {"eval/success": sum(t.success for t in trajs) / n, "eval/score": sum(t.score for t in trajs) / n,
-         "eval/episode_len": sum(len(t.turns) for t in trajs) / n}
+    mine = list(range(rank, n, world))
+    while len(eval_envs) < len(mine):
+        eval_envs.append(spec.make(split=split, seed=seed, **env_kw))
+    tok0 = agent.counter["tokens/eval"]
+    groups = rollout_groups(agent, eval_envs, [tasks[i] for i in mine], 1, temperature, seed=seed + 7,
+                            purpose="eval", keep_states=False, positions=mine) if mine else []
+    local = {"eps": [(g[0].success, g[0].score, len(g[0].turns), g[0].task_type) for g in groups],
+             "tokens": agent.counter["tokens/eval"] - tok0}
+    parts = gather(local, world)
+    eps = [e for p in parts for e in p["eps"]]
+    m = {"eval/success": sum(e[0] for e in eps) / n, "eval/score": sum(e[1] for e in eps) / n,
+         "eval/episode_len": sum(e[2] for e in eps) / n, "tokens/eval": sum(p["tokens"] for p in parts)}
     by = {}
-    for t in trajs:
-        by.setdefault(t.task_type, []).append(t.success)
+    for e in eps:
+        by.setdefault(e[3], []).append(e[0])
     for k, v in sorted(by.items()):
         m[f"eval/success/{k}"] = sum(v) / len(v)
     return m
@@ -619,7 +630,8 @@ def write_run_files(cfg: Config, backend_line, eval_split, model_dir, env_kw, st
     return rows
 
 
-_T_START = time.time()   # process start: time/wall_s counts the warm start, updates and evaluations
+# launch time (the launcher's, for workers): time/wall_s counts the warm start, updates and evaluations
+_T_START = float(os.environ.get("PROVER_T0", time.time()))
 
 
 def append_row(tr: Trainer, row: dict):
@@ -710,23 +722,26 @@ def train(cfg: Config) -> str:
     agent = tr.run.agent
     log(f"run: {cfg.out} | env {cfg.env} | method {cfg.method} | G={cfg.group_size} x {cfg.tasks_per_iter} tasks"
         f"{f' over {tr.world} ranks' if tr.world > 1 else ''} | {cfg.iters} updates | eval on {tr.eval_split} every {cfg.eval_every}")
-    if tr.start == 0 and cfg.eval_every and rank0:   # 5. (the warm start's held-out success)
-        m = evaluate(agent, tr.run.spec, tr.run.env_kwargs, tr.eval_split, cfg.eval_episodes, cfg.eval_temperature, cfg.seed, tr.eval_envs)
-        append_row(tr, {"step": 0, **m, "tokens/rollout": 0, "tokens/verify": 0, "tokens/judge": 0})
+    if tr.start == 0 and cfg.eval_every:   # 5. (the warm start's held-out success; all workers)
+        m = evaluate(agent, tr.run.spec, tr.run.env_kwargs, tr.eval_split, cfg.eval_episodes, cfg.eval_temperature,
+                     cfg.seed, tr.eval_envs, tr.rank, tr.world)
+        if rank0:
+            append_row(tr, {"step": 0, **m, "tokens/rollout": 0, "tokens/verify": 0, "tokens/judge": 0})
         log(f"step 0 | eval {m['eval/success']:.3f} (warm start)")
     bar = tqdm(total=cfg.iters, initial=tr.start, desc="updates", disable=not rank0)
     step = tr.start
     try:
         for step in range(tr.start + 1, cfg.iters + 1):
-            before_eval = agent.counter["tokens/eval"]
             row = train_step(tr, step, methods, log)
-            if row is None:           # ranks > 0: rank 0 evaluates, logs and checkpoints
-                continue
-            # 5. evaluation
+            # 5. evaluation (every worker takes its share)
             if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.iters):
-                row.update(evaluate(agent, tr.run.spec, tr.run.env_kwargs, tr.eval_split, cfg.eval_episodes,
-                                    cfg.eval_temperature, cfg.seed, tr.eval_envs))
-            row["tokens/eval"] = agent.counter["tokens/eval"] - before_eval
+                m = evaluate(agent, tr.run.spec, tr.run.env_kwargs, tr.eval_split, cfg.eval_episodes,
+                             cfg.eval_temperature, cfg.seed, tr.eval_envs, tr.rank, tr.world)
+                if row is not None:
+                    row.update(m)
+            if row is None:           # ranks > 0: rank 0 logs and checkpoints
+                continue
+            row.setdefault("tokens/eval", 0)
             append_row(tr, row)
             bar.update(1)
             bar.set_postfix(train=f"{row['train/success']:.2f}", **({"eval": f"{row['eval/success']:.2f}"} if "eval/success" in row else {}))
@@ -738,6 +753,8 @@ def train(cfg: Config) -> str:
                 save_checkpoint(cfg.out, tr.model, tr.tok, tr.opt, step, agent.counter, rng_state(tr.py_rng))
     except KeyboardInterrupt:
         bar.close()
+        if not rank0:
+            raise SystemExit(130)
         ck = os.path.join(cfg.out, "checkpoint")
         s = json.load(open(os.path.join(ck, "state.json")))["step"] if os.path.exists(os.path.join(ck, "state.json")) else None
         print(f"\ninterrupted at update {step}; last complete checkpoint: "
@@ -750,22 +767,121 @@ def train(cfg: Config) -> str:
     return cfg.out
 
 
+_STOPPING = False   # set by SIGTERM/SIGINT: errors after it are the stop's echo, not failures
+
+
 def _stop_on_sigterm(signum, frame):
     # Schedulers (Slurm, Kubernetes, `timeout`) stop jobs with SIGTERM: take the same path as
     # Ctrl-C, which reports the last complete checkpoint and exits 130.
+    global _STOPPING
+    _STOPPING = True
     raise KeyboardInterrupt
 
 
+# ---------------------------------------------------------------------------------------------
+# Local workers: the laptop default uses every core
+# ---------------------------------------------------------------------------------------------
+def resolve_workers(cfg: Config) -> int:
+    """--workers 0 → one worker per usable CPU core for the tiny policy on CPU. Why processes and
+    not threads: the tiny model's matrices (64 wide) are too small for intra-op threads to help,
+    and most of a step is Python (prompts, env logic, sampling), so a second core only pays off
+    as a second process with its own share of the groups."""
+    if cfg.workers < 0:
+        raise ValueError(f"--workers {cfg.workers}: must be >= 0 (0 = auto)")
+    if cfg.workers > cfg.tasks_per_iter:
+        raise ValueError(f"--workers {cfg.workers}: more workers than --tasks-per-iter {cfg.tasks_per_iter} (each worker owns whole groups)")
+    if cfg.workers:
+        return cfg.workers
+    if cfg.model or cfg.rollout != "hf" or cfg.device == "cuda":
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, cfg.tasks_per_iter))
+
+
+def launch_workers(n: int, argv: list[str]) -> int:
+    """Start n copies of this script as ranks 0..n-1 of a gloo process group on 127.0.0.1 (the
+    environment torchrun would give them; see dist_setup) and wait. Rank 0 prints, writes the run
+    directory and checkpoints; all ranks roll out and evaluate their share. Ctrl-C/SIGTERM are passed
+    on once, so the run stops as a single process would (last complete checkpoint, exit 130). If a
+    worker fails, the others are stopped rather than left waiting for it in the next collective;
+    the other ranks' stderr is shown only when rank 0 did not already report the error itself."""
+    import signal
+    import socket
+    import subprocess
+    import tempfile
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = dict(os.environ, WORLD_SIZE=str(n), LOCAL_WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+                PROVER_T0=str(_T_START))
+    errs = [None] + [tempfile.TemporaryFile("w+") for _ in range(n - 1)]
+    # own sessions: a terminal's Ctrl-C reaches only this process, which passes it on once
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv], start_new_session=True,
+                              stderr=errs[r], env=dict(base, RANK=str(r), LOCAL_RANK=str(r))) for r in range(n)]
+    user_stop, stopped_at, failed_at = False, None, None
+
+    def stop_all(*_):
+        nonlocal stopped_at
+        stopped_at = stopped_at or time.time()
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    def on_signal(signum, frame):
+        nonlocal user_stop
+        user_stop = True
+        stop_all()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    while any(p.poll() is None for p in procs):
+        now = time.time()
+        if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
+            failed_at = now
+        if failed_at and not stopped_at and now > failed_at + 5:   # the rest have not failed by themselves
+            stop_all()
+        if stopped_at and now > stopped_at + 60:                   # one stuck in a broken collective
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.2)
+    codes = [p.returncode for p in procs]
+    if user_stop:
+        return 130
+    failed = [r for r, c in enumerate(codes) if c not in (0, 130)]   # 130: stopped by us
+    if not failed:
+        return max(codes)
+    if failed[0] != 0:   # rank 0 did not report it (it printed its own error if it failed): show the worker's
+        errs[failed[0]].seek(0)
+        sys.stderr.write(f"train.py: worker {failed[0]} failed (exit {codes[failed[0]]}):\n" + errs[failed[0]].read()[-4000:])
+    return codes[failed[0]]
+
+
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
     cfg = parse_args(argv)
     import signal
+    try:
+        n = resolve_workers(cfg) if "WORLD_SIZE" not in os.environ else 1
+    except ValueError as e:
+        print(f"train.py: error: {e}", file=sys.stderr)
+        raise SystemExit(2)
+    if n > 1:
+        raise SystemExit(launch_workers(n, argv))
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    rank = int(os.environ.get("RANK", "0"))
     try:
         out = train(cfg)
     except (ValueError, FileNotFoundError, ImportError, ConnectionError) as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         raise SystemExit(2)
-    print(f"done: {out}")
+    except Exception:
+        if _STOPPING and rank != 0:   # a peer stopped first and broke a collective: stop quietly
+            raise SystemExit(130)
+        raise
+    if rank == 0:
+        print(f"done: {out}")
 
 
 if __name__ == "__main__":
