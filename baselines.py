@@ -129,7 +129,8 @@ def grpo_matched(groups, adv, run) -> dict:
         k = 0
         for grp, c in zip(groups, counts):
             base = len(grp)
-            for tr in make_trajectories(turns[k:k + c], finals[k:k + c], grp[0].group_id, grp[0].task):
+            for tr in make_trajectories(turns[k:k + c], finals[k:k + c], grp[0].group_id, grp[0].task,
+                                        reward=run.agent.reward):
                 tr.traj_id += base
                 grp.append(tr)
             k += c

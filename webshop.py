@@ -182,6 +182,12 @@ def asin_pool() -> list[str]:
     return list(_asin_pool())
 
 
+def atomic_ids() -> list[str]:
+    """`SPEC.atomic`: every pool id as the results page shows it (B0…) and as the admissible
+    actions list it (b0…, WebShop's lower-cased clickables), each one tokenizer token."""
+    return list(_asin_pool()) + [a.lower() for a in _asin_pool()]
+
+
 def build_catalogue(seed: int = 0, n_products: int = 300) -> list[Product]:
     rng = np.random.default_rng([seed, 1234])
     types = [(cat, sub, t) for cat, (sub, ts) in CATALOG.items() for t in ts]
@@ -562,13 +568,13 @@ class WebShopEnv:
     def random_action(self, rng) -> str:
         """A detour for the warm start's ε-noisy demos: on the search page a query of 1-4 random
         words of the instruction (verl-agent's admissible list only has a placeholder there),
-        elsewhere a random clickable as the page shows it."""
+        elsewhere a random clickable as the admissible actions list it."""
         if self.s.page == "search":
             words = re.findall(r"[a-z]+", self.goal.instruction.split(" with ")[0].lower())
             return f"search[{' '.join(rng.sample(words, min(len(words), rng.randint(1, 4))))}]"
         cl = self.clickables()
         c = rng.choice(cl) if cl else "back to search"
-        return f"click[{self.shop.by_asin[c].asin if c in self.shop.by_asin else c}]"
+        return f"click[{c}]"
 
     def expert_action(self) -> str:
         """Next action of a shopper who knows the reward: buy the first result that can score
@@ -581,8 +587,8 @@ class WebShopEnv:
             return f"search[{g.expert_query}]"
         if s.page == "results":
             here = [a for a in self._page_asins() if a in good]
-            if here:   # the id as the page shows it (upper case; WebShop lower-cases click arguments)
-                return f"click[{shop.by_asin[here[0]].asin}]"
+            if here:   # verbatim from the admissible actions (lower case), as verl-agent's agents copy them
+                return f"click[{here[0]}]"
             if good:   # a good product on another page of these results
                 return "click[next >]" if s.hits.index(good[0]) >= s.page_no * PER_PAGE else "click[< prev]"
             return "click[back to search]"
@@ -708,7 +714,7 @@ def vocabulary() -> list[str]:
               "Thank you for shopping with us! Your score min max",
               "search click back to search prev next description features reviews buy now",
               SEARCH_PLACEHOLDER, "B b", "[SEP]", "task obs act actions"}
-    return sorted(words | set(asin_pool()))
+    return sorted(words | set(atomic_ids()))
 
 
 def strip_instruction(obs: str) -> str:
@@ -764,4 +770,4 @@ def compact_prompt(v: envs.PromptInput, history_len: int = 2) -> str:
 SPEC = envs.EnvSpec(
     name="webshop", make=make, splits=("train", "test"), num_tasks=num_tasks, vocabulary=vocabulary,
     chat_prompt=chat_prompt, compact_prompt=compact_prompt, parse=envs.parse_action_tag,
-    task_types=TASK_TYPES, atomic=asin_pool)
+    task_types=TASK_TYPES, atomic=atomic_ids)

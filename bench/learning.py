@@ -1,7 +1,7 @@
 """bench/learning.py — does the README's first command learn? Held-out success of the default
 `train.py` run, per seed, against updates and wall-clock time.
 
-    python bench/learning.py                                # ALFWorld, seeds 0 1 2, two runs side by side
+    python bench/learning.py                                # ALFWorld, seeds 0 1 2, one after another
     python bench/learning.py --env webshop --seeds 0        # any benchmark; extra train.py flags after --
     python bench/learning.py --dirs runs/a runs/b           # only summarise existing run directories
 
@@ -16,8 +16,9 @@ reused). Finished runs are not re-run. Writes:
   results/learning_<env>.png   held-out success against updates and against minutes, one line per seed
 
 Minutes are `time/wall_s` (process start to the evaluation: warm start + updates + evaluations).
-Runs side by side share the CPU, so with --jobs 2 on 2 cores each run gets about one core — the
-tiny policy uses one thread anyway (`--threads 0` = 1 for it).
+Each run uses every core by itself (`--workers` = one local data-parallel process per core), so the
+seeds run one after another by default; `--jobs N` runs N side by side, and then they share the
+cores and each is slower than a user's single run.
 """
 from __future__ import annotations
 
@@ -111,7 +112,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--env", default="alfworld")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--jobs", type=int, default=2, help="runs side by side")
+    p.add_argument("--jobs", type=int, default=1, help="runs side by side (each one uses every core by itself)")
     p.add_argument("--minutes", type=float, default=30.0, help="report the last evaluation within this many minutes")
     p.add_argument("--dirs", nargs="+", help="summarise these run directories instead of running")
     p.add_argument("--out", default=os.path.join(ROOT, "results"))

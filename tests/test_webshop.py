@@ -211,22 +211,25 @@ def test_vocabulary_covers_everything():
 
 
 def test_tiny_tokenizer_keeps_product_ids_whole():
-    """Built-in catalogue ids come from a fixed pool that SPEC.atomic hands to the tiny tokenizer:
-    the id the expert clicks is one token, the same token the results page shows."""
+    """Built-in catalogue ids come from a fixed pool that SPEC.atomic hands to the tiny tokenizer
+    (as the page shows them and as the admissible actions list them): the expert's click is an
+    admissible action verbatim, and its id is one token, the same token the actions line shows."""
     from policy import build_tokenizer, template_texts
     spec = envs.get_spec("webshop")
     tok = build_tokenizer(spec.vocabulary() + template_texts(spec), spec.atomic())
     env = spec.make(split="test", seed=0)
     env.reset(0)
-    env.step(env.expert_action())                         # results page
+    _, _, _, info = env.step(env.expert_action())        # results page
     a = env.expert_action()
     asin = a[len("click["):-1]
-    assert asin in W.asin_pool() and asin in env.s.obs    # shown and clicked exactly as written
-    ids = tok(env.s.obs, add_special_tokens=False)["input_ids"]
-    assert tok.decode(ids) == env.s.obs and tok.unk_token_id not in ids
+    assert a in info["admissible"] and asin.upper() in W.asin_pool() and asin.upper() in env.s.obs
+    for text in (env.s.obs, " | ".join(info["admissible"])):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids) == text and tok.unk_token_id not in ids
     assert tok.convert_ids_to_tokens(tok(f"<action>{a}</action>", add_special_tokens=False)["input_ids"]) == \
         ["<action>", "click", "[", asin, "]", "</action>"]
-    assert env.step(a)[0].count("Buy Now") == 1           # the upper-case id is a valid click
+    assert tok.convert_ids_to_tokens(tok(asin.upper(), add_special_tokens=False)["input_ids"]) == [asin.upper()]
+    assert env.step(a)[0].count("Buy Now") == 1
 
 
 def test_random_detour_actions_are_real_actions():
