@@ -876,6 +876,10 @@ def main(argv=None):
     except (ValueError, FileNotFoundError, ImportError, ConnectionError) as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         raise SystemExit(2)
+    except KeyboardInterrupt:         # before the loop (warm start, first evaluation): nothing to save yet
+        if rank == 0:
+            print("\ninterrupted during set-up (warm start or first evaluation); no new checkpoint", file=sys.stderr)
+        raise SystemExit(130)
     except Exception:
         if _STOPPING and rank != 0:   # a peer stopped first and broke a collective: stop quietly
             raise SystemExit(130)

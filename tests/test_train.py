@@ -143,6 +143,25 @@ def test_interrupt_leaves_loadable_checkpoint(tmp_path, cache, sig, workers):
     assert r.returncode == 0, r.stderr[-2000:]
 
 
+def test_interrupt_during_warm_start_is_clean(tmp_path):
+    """Ctrl-C before the first update (here: in the warm start, two workers) exits 130 with one
+    line and no traceback, and leaves no half-written cache entry behind."""
+    env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONUNBUFFERED="1")
+    cache = tmp_path / "cache"
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), "--iters", "2", "--bc-episodes", "20",
+                          "--bc-steps", "2000", "--group-size", "4", "--tasks-per-iter", "2", "--workers", "2",
+                          "--cache-dir", str(cache), "--out", str(tmp_path / "run")],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=_terminal_sigint)
+    time.sleep(15.0)  # imports, demos, then 2,000 BC steps (minutes): interrupted in the warm start
+    assert p.poll() is None, "the run ended before it could be interrupted"
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "interrupted during set-up" in err.strip().splitlines()[-1]
+    assert all(os.path.exists(cache / d / "done.json") for d in (os.listdir(cache) if cache.exists() else []))
+
+
 def test_two_workers_equal_single_process(tmp_path, cache):
     """Data parallel on CPU (gloo, the environment torchrun would set): each worker owns whole
     groups and evaluates every other held-out task with seeds fixed by the task's position, and
