@@ -3,6 +3,7 @@
     python -m pytest -q tests/test_core.py
 """
 import math
+import os
 import random
 
 import pytest
@@ -227,3 +228,32 @@ def test_alfworld_chat_prompt_follows_verl_agent_template():
     assert ("Prior to this step, you have already taken 3 step(s). Below are the most recent 2 observaitons and the "
             "corresponding actions you took: [Observation 2: 'o2', Action 2: 'a2']\n[Observation 3: 'o3', Action 3: 'a3']\n"
             "You are now at step 4 and your current observation is: You arrive at fridge 1.") in p
+
+
+def test_warm_start_stops_at_target_success(tmp_path):
+    """BC's early stop: checks run from `check_from` every `check_every` steps and the first one
+    at or above the target ends BC there; an unreachable target runs every step. With the target
+    off, the check settings do not enter the cache key."""
+    import json
+    import envs
+    import policy
+    torch.set_num_threads(1)
+    spec = envs.get_spec("pivot")
+    tiny = policy.TinyConfig(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64)
+
+    def build(**kw):
+        bc = policy.BCConfig(episodes=12, steps=80, batch=16, lr=5e-3, check_from=20, check_every=10, check_episodes=8, **kw)
+        _, _, folder = policy.tiny_policy(spec, {}, tiny, bc, seed=0, cache_dir=str(tmp_path), history_len=2,
+                                          log=lambda *_: None)
+        return folder, json.load(open(os.path.join(folder, "done.json")))
+
+    _, never = build(target=1.5)                                 # success can't reach 1.5
+    assert never["steps"] == 80 and [c["step"] for c in never["checks"]] == [20, 30, 40, 50, 60, 70]
+    assert never["checks"][0]["success"] < never["checks"][-1]["success"]   # BC does learn the task
+    first_ok = next(c for c in never["checks"] if c["success"] > 0)   # same seed → same checks up to a stop
+    _, stop = build(target=first_ok["success"])
+    assert stop["steps"] == first_ok["step"] == stop["checks"][-1]["step"]
+    assert all(c["success"] < first_ok["success"] for c in stop["checks"][:-1])
+    off_a, off = build(target=0.0)
+    off_b, _ = build(target=0.0, check_temperature=0.9)
+    assert off["steps"] == 80 and off["checks"] == [] and off_a == off_b
