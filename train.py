@@ -51,8 +51,8 @@ class Config:
     rollout: str = "hf"
     """generation backend: hf (transformers) | vllm (colocated engine, weights synced after each update)"""
     # --- scale
-    iters: int = 150
-    """number of policy updates"""
+    iters: int = 200
+    """number of policy updates (ALFWorld: ~30 min on 2 CPU cores with the tiny policy)"""
     group_size: int = 8
     """G: rollouts per task (a GRPO group)"""
     tasks_per_iter: int = 8
@@ -561,6 +561,7 @@ class Trainer:
     eval_split: str
     rows: list                        # metrics rows so far (rank 0)
     start: int
+    wall0: float = 0.0                # run time before this process (--resume): time/wall_s accumulates
 
 
 def setup(cfg: Config, log) -> Trainer:
@@ -611,7 +612,9 @@ def setup(cfg: Config, log) -> Trainer:
         rows = write_run_files(cfg, backend_line, eval_split, model_dir, env_kw, start)
     n_local = len(range(rank, cfg.tasks_per_iter, world))
     train_envs = [spec.make(split=spec.splits[0], seed=cfg.seed, **env_kw) for _ in range(n_local * cfg.group_size)]
-    return Trainer(cfg, rank, world, model, tok, opt, gen, run, ucfg, ref, py_rng, train_envs, [], eval_split, rows, start)
+    wall0 = float(rows[-1].get("time/wall_s", 0.0)) if start > 0 and rows else 0.0
+    return Trainer(cfg, rank, world, model, tok, opt, gen, run, ucfg, ref, py_rng, train_envs, [], eval_split, rows,
+                   start, wall0)
 
 
 def write_run_files(cfg: Config, backend_line, eval_split, model_dir, env_kw, start) -> list[dict]:
@@ -627,18 +630,19 @@ def write_run_files(cfg: Config, backend_line, eval_split, model_dir, env_kw, st
             with open(seg, "w") as f:
                 f.write(prover.SEGMENTS_HEADER)
     mpath = os.path.join(cfg.out, "metrics.jsonl")
-    rows = read_metrics(mpath, upto=start)
+    rows = read_metrics(mpath, upto=start) if start > 0 else []   # a fresh run into an old --out starts over
     with open(mpath, "w") as f:  # drop rows past the checkpoint (a resumed run re-does them)
         f.writelines(json.dumps(r) + "\n" for r in rows)
     return rows
 
 
-# launch time (the launcher's, for workers): time/wall_s counts the warm start, updates and evaluations
+# launch time (the launcher's, for workers): time/wall_s counts the warm start, updates and
+# evaluations, and a --resume adds its time to the run's earlier total
 _T_START = float(os.environ.get("PROVER_T0", time.time()))
 
 
 def append_row(tr: Trainer, row: dict):
-    row["time/wall_s"] = round(time.time() - _T_START, 1)
+    row["time/wall_s"] = round(tr.wall0 + time.time() - _T_START, 1)
     tr.rows.append(row)
     with open(os.path.join(tr.cfg.out, "metrics.jsonl"), "a") as f:
         f.write(json.dumps(row) + "\n")

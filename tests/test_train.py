@@ -61,7 +61,13 @@ def test_default_prover_run_writes_contract_and_resumes(tmp_path, cache):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "resuming" in r.stdout + r.stderr and "step 2" in r.stdout + r.stderr
     assert [r_["step"] for r_ in metrics(out)] == [0, 1, 2, 3]
+    walls = [r_["time/wall_s"] for r_ in metrics(out)]
+    assert walls == sorted(walls) and walls[3] > walls[2]          # run time accumulates over --resume
     assert json.load(open(ck / "state.json"))["step"] == 3
+    # without --resume the same --out starts over: no rows of the earlier run survive
+    r = run(["--env", "alfworld", "--iters", "1", "--eval-every", "1", "--out", str(out), *TINY], cache)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [r_["step"] for r_ in metrics(out)] == [0, 1]
 
 
 def test_bad_flag_value_one_line_error(tmp_path, cache):
