@@ -7,7 +7,8 @@
 
 Each seed is `python train.py --env <env> --seed <s> --out results/runs/learning-<env>-s<s>` with
 every other flag at its default (its own warm start, as a user gets it; a cached warm start is
-reused). Finished runs are not re-run. Writes:
+reused). Finished runs are not re-run; a run with a checkpoint short of the requested updates
+continues with --resume (its minutes accumulate). Writes:
 
   results/learning_<env>.md    per seed: warm-start held-out success (score), every evaluation with
                                its update and minute, the best and last values and their gain over
@@ -33,11 +34,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_seed(env: str, seed: int, out: str, extra: list[str]) -> int:
+    """Run (or finish) one seed: a run that already has a checkpoint continues with --resume up to
+    the iters this command asks for (train.py's default for the env unless --iters is passed)."""
+    sys.path.insert(0, ROOT)
+    import train
+    want = train.parse_args(["--env", env, *extra]).iters
     state = os.path.join(out, "checkpoint", "state.json")
-    cfg = os.path.join(out, "config.json")
-    if os.path.exists(state) and os.path.exists(cfg) and json.load(open(state))["step"] >= json.load(open(cfg))["iters"]:
+    done = json.load(open(state))["step"] if os.path.exists(state) else None
+    if done is not None and done >= want:
         return 0
     cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--env", env, "--seed", str(seed), "--out", out, *extra]
+    if done is not None:
+        cmd.append("--resume")
     with open(os.path.join(os.path.dirname(out), f"{os.path.basename(out)}.log"), "w") as log:
         return subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
