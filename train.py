@@ -214,11 +214,11 @@ class OneLineParser(argparse.ArgumentParser):
 # Per-benchmark defaults: a flag the user does not pass takes its value from here when the
 # benchmark needs something other than the Config default (which is tuned for ALFWorld). Why:
 # WebShop pages are ~550 tokens, so its prompts carry no history and its warm start is shorter;
-# R is WebShop's score (see --reward). SearchQA episodes are ≤ 4 short turns (an update took
+# R is WebShop's score (see --reward); an update takes ~6 s with two workers (250 ≈ 30 min). SearchQA episodes are ≤ 4 short turns (an update took
 # ~2-3 s in one process); its warm start stops at 320 steps, in the middle of the tiny model
 # learning to copy names (~16%). Neither uses --bc-target (their recipes were measured without it).
 ENV_DEFAULTS: dict[str, dict] = {
-    "webshop": {"history_len": 0, "bc_episodes": 200, "bc_steps": 300, "bc_target": 0.0, "reward": "score", "iters": 60},
+    "webshop": {"history_len": 0, "bc_episodes": 200, "bc_steps": 300, "bc_target": 0.0, "reward": "score", "iters": 250},
     "searchqa": {"bc_steps": 320, "bc_target": 0.0, "iters": 600},
 }
 
