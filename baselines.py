@@ -6,7 +6,8 @@ place; the returned dict holds this step's metrics, namespaced by method.
     python train.py --env alfworld --method gigpo          # or grpo-matched | spo-chain | spo-tree | criticsearch
 
 Notation: a group is the G trajectories of one task; trajectory i has turns t = 0..T_i−1 and binary
-outcome R_i = success (or WebShop's score with --reward score; rollout.outcome); `pen_t` = invalid_penalty · 1[turn t lacked <action> tags] (grpo.py, dev. 2).
+outcome R_i = success (or WebShop's score with --reward score; rollout.outcome); `pen_t` = invalid_penalty · 1[turn t lacked <action> tags], or inadmissible_penalty if its action
+was not admissible (grpo.turn_penalty, dev. 2).
 The formulas and their sources are in shared/reference/baselines.md; what is ours is marked OURS.
 
 grpo-matched — GRPO at ProVer's budget (ProVer paper's "budget-matched GRPO").
@@ -92,13 +93,15 @@ from rollout import Trajectory, continue_from, make_trajectories, outcome, run_e
 EPS = 1e-6
 
 
-def _seed(run, salt: int) -> int:
-    """Deterministic per (seed, step, method) — ints only (str hashes vary per process)."""
-    return hash((run.cfg.seed, run.step, salt)) & 0x7FFFFFFF
+def _seed(run, salt: int, groups) -> int:
+    """Deterministic per (seed, step, method, the groups' global ids) — ints only (str hashes vary
+    per process). The group ids make data-parallel ranks, which hold different groups, draw
+    different samples (with the step alone every rank would reuse one random stream)."""
+    return hash((run.cfg.seed, run.step, salt, *(grp[0].group_id for grp in groups))) & 0x7FFFFFFF
 
 
-def _penalised(x: float, turn, pen: float) -> float:
-    return x - pen * (not turn.valid)
+def _penalised(x: float, turn, cfg) -> float:
+    return x - grpo.turn_penalty(turn, cfg.invalid_penalty, cfg.inadmissible_penalty)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,7 +128,7 @@ def grpo_matched(groups, adv, run) -> dict:
             starts.append(start_state(envs[k], grp[0].task))
             k += 1
     if starts:   # one batched call; they are rollouts (training data), so counted as such
-        turns, finals = run_episodes(run.agent, envs[:k], starts, cfg.temperature, _seed(run, 1), purpose="rollout")
+        turns, finals = run_episodes(run.agent, envs[:k], starts, cfg.temperature, _seed(run, 1, groups), purpose="rollout")
         k = 0
         for grp, c in zip(groups, counts):
             base = len(grp)
@@ -134,7 +137,7 @@ def grpo_matched(groups, adv, run) -> dict:
                 tr.traj_id += base
                 grp.append(tr)
             k += c
-    adv[:] = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty)
+    adv[:] = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
     return {"matched/extra_episodes": sum(counts), "matched/group_size_mean": sum(len(g) for g in groups) / max(1, len(groups))}
 
 
@@ -203,7 +206,7 @@ def gigpo(groups, adv, run) -> dict:
         a, s = gigpo_group([tr.R for tr in grp], [[tn.obs for tn in tr.turns] for tr in grp],
                            cfg.gigpo_gamma, cfg.gigpo_omega, cfg.gigpo_mode, cfg.gigpo_similarity)
         for i, tr in enumerate(grp):
-            adv[g][i] = [_penalised(a[i][t], tn, cfg.invalid_penalty) for t, tn in enumerate(tr.turns)]
+            adv[g][i] = [_penalised(a[i][t], tn, cfg) for t, tn in enumerate(tr.turns)]
         for k in st:
             st[k] += s[k]
         n_turns += sum(len(tr.turns) for tr in grp)
@@ -253,7 +256,7 @@ def spo_chain(groups, adv, run) -> dict:
     wins: list[float] = []
     if starts:                                        # one batched call: N per unique boundary
         envs = run.envs(len(starts) * N)
-        finals = continue_from(run.agent, envs, starts, N, cfg.temperature, _seed(run, 2))
+        finals = continue_from(run.agent, envs, starts, N, cfg.temperature, _seed(run, 2, groups))
         wins = [outcome(f.info, run.agent.reward) for f in finals]
     V = [sum(wins[j * N:(j + 1) * N]) / N for j in range(len(starts))]
     n_bounds = 0
@@ -264,7 +267,7 @@ def spo_chain(groups, adv, run) -> dict:
             bs = chain_boundaries(len(tr.turns), cfg.spo_interval)
             n_bounds += len(bs)
             a = chain_advantages(len(tr.turns), bs, [V[keys[_state_key(tr, b)]] for b in bs], v0, tr.R)
-            adv[g][i] = [_penalised(x, tn, cfg.invalid_penalty) for x, tn in zip(a, tr.turns)]
+            adv[g][i] = [_penalised(x, tn, cfg) for x, tn in zip(a, tr.turns)]
     return {"spo/eligible": len(todo), "spo/boundaries": n_bounds, "spo/unique_states": len(starts),
             "spo/continuations": len(starts) * N}
 
@@ -335,7 +338,7 @@ def build_tree(groups, todo, run, depths: list[int], b: int) -> tuple[list[Node]
         if req:
             envs = run.envs(len(req))
             turns, finals = run_episodes(run.agent, envs, [s for _, _, s in req], cfg.temperature,
-                                         _seed(run, 3 + d), purpose="verify", keep_states=True,
+                                         _seed(run, 3 + d, groups), purpose="verify", keep_states=True,
                                          fresh_env_randomness=True)
             for (k, node, _), ts, f in zip(req, turns, finals):
                 grp = groups[todo[k]]
@@ -364,7 +367,7 @@ def spo_tree(groups, adv, run) -> dict:
         for e, a in edge_advantages(roots[k]):
             i = row[id(e.traj)]
             for t in range(e.lo, e.hi):
-                adv[g][i][t] = _penalised(a, e.traj.turns[t], cfg.invalid_penalty)
+                adv[g][i][t] = _penalised(a, e.traj.turns[t], cfg)
             n_edges += 1
             n_zero += a == 0
     return {"spo/eligible": len(todo), "spo/continuations": sum(len(x) for x in extra),

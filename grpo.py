@@ -10,7 +10,10 @@ Group advantage of trajectory i in a group of G rollouts of one task (outcome R_
     A_i = R_i − mean_g R          (default; the ProVer paper's A^GRPO, "Dr. GRPO")
     A_i = (R_i − mean_g R) / (std_g R + ε)     with --norm-std (std unbiased, as torch.std)
 
-and every action token of every turn of trajectory i gets A_i ("per-token broadcast"). Methods
+and every action token of every turn of trajectory i gets A_i ("per-token broadcast"). One update
+is one pass over the rollout batch in S mini-batches (`--minibatches`, as verl's
+ppo_mini_batch_size): S optimizer steps, each minimising L over its ~1/S of the turn-rows; the first
+is on-policy (ρ = 1), later ones are off-policy by up to S−1 steps, which the clip bounds. Methods
 (ProVer, GiGPO, SPO, CriticSearch) change the per-turn scalar before broadcasting; the loss is
 the same for all of them.
 
@@ -23,6 +26,14 @@ Deviations, numbered:
     REINFORCE without a baseline for those samples.
  2. The invalid-format penalty (verl-agent: 0.1) is subtracted from the offending turn's
     advantage only, which is what subtracting it from that turn-row's score does in verl-agent.
+    OURS, off by default: the same kind of penalty, `--inadmissible-penalty`, for a well-formed
+    action that is not in the env's admissible list (verl-agent penalises the format only). Why
+    one would: the warm-started tiny policy names absent objects and places in ~2/3 of its ALFWorld
+    turns ("Nothing happens."), and the trajectory outcome alone did not move that share in 200
+    updates (68% → 68%): successes and failures both contain such turns, so their group contrast
+    says little about them. Measured (seed 1, 70 updates, 0.1): the share fell to ~0.6, success
+    did not visibly change, and updates got ~40% slower (penalised rows of all-equal groups are
+    trained too). The penalty is on advantages only: outcomes R, and so verification, are unchanged.
  3. Rows whose advantage is exactly 0 carry no policy gradient; with `kl_coef == 0` they are
     dropped before the forward pass (a large CPU saving: most groups are all-success or
     all-failure). They still count in the token-mean's denominator, so the loss is exactly the
@@ -68,12 +79,22 @@ def group_advantages_loop(R: list[list[float]], norm_std: bool = False, eps: flo
     return out
 
 
-def trajectory_advantages(groups, norm_std: bool = False, invalid_penalty: float = 0.1) -> list[list[list[float]]]:
+def turn_penalty(turn, invalid_penalty: float = 0.1, inadmissible_penalty: float = 0.0) -> float:
+    """Per-turn penalty (deviation 2): `invalid_penalty` if the output lacked the <action> tags;
+    else `inadmissible_penalty` if the env lists admissible actions and this one was not among
+    them (ALFWorld answers "Nothing happens." and the turn is wasted). Never both."""
+    if not turn.valid:
+        return invalid_penalty
+    return inadmissible_penalty if turn.admissible and turn.action not in turn.admissible else 0.0
+
+
+def trajectory_advantages(groups, norm_std: bool = False, invalid_penalty: float = 0.1,
+                          inadmissible_penalty: float = 0.0) -> list[list[list[float]]]:
     """GRPO per-turn advantages for a list of groups of Trajectory: adv[g][i][t]."""
     out = []
     for grp in groups:
         A = group_advantages(torch.tensor([[tr.R for tr in grp]], dtype=torch.float64), norm_std)[0]
-        out.append([[float(A[i]) - invalid_penalty * (not turn.valid) for turn in tr.turns]
+        out.append([[float(A[i]) - turn_penalty(turn, invalid_penalty, inadmissible_penalty) for turn in tr.turns]
                     for i, tr in enumerate(grp)])
     return out
 
@@ -87,12 +108,7 @@ class Row:
     action_ids: list[int]
     logprobs: list[float]        # behaviour-policy log-probs of action_ids
     adv: float                   # the per-turn scalar, broadcast over the action tokens
-
-
-def rows_from(groups, adv) -> list[Row]:
-    return [Row(tn.prompt_ids, tn.action_ids, tn.logprobs, adv[g][i][t])
-            for g, grp in enumerate(groups) for i, tr in enumerate(grp) for t, tn in enumerate(tr.turns)
-            if tn.action_ids]
+    minibatch: int = 0           # which optimizer step of the update trains it (`minibatch_of`)
 
 
 def collate(rows: list[Row], pad_id: int):
@@ -168,6 +184,7 @@ class UpdateCfg:
     max_grad_norm: float = 1.0
     temperature: float = 1.0
     micro_tokens: int = 8192       # padded tokens per forward pass (memory knob)
+    minibatches: int = 1           # optimizer steps per rollout batch (see `update`)
     bf16: bool = False             # bf16 autocast for the forward passes (real models on GPU)
 
 
@@ -179,14 +196,53 @@ def _all_reduce(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def minibatch_of(group_id: int, traj_id: int, start_step: int, turn: int, minibatches: int) -> int:
+    """Which of the M mini-batches a turn-row belongs to. A fixed function of the turn's identity
+    (global group position, rollout, turn), not of the rank or the row's place in a list, so the
+    union over data-parallel ranks of mini-batch k is the same set of turns as in one process.
+    Consecutive turns of a trajectory go to consecutive mini-batches (a stratified split: every
+    mini-batch gets ~1/M of every trajectory's turns, so no step sees only one group's signal)."""
+    return (group_id + traj_id + start_step + turn) % max(1, minibatches)
+
+
+def rows_from(groups, adv, minibatches: int = 1) -> list[Row]:
+    return [Row(tn.prompt_ids, tn.action_ids, tn.logprobs, adv[g][i][t],
+                minibatch_of(tr.group_id, tr.traj_id, tr.start_step, t, minibatches))
+            for g, grp in enumerate(groups) for i, tr in enumerate(grp) for t, tn in enumerate(tr.turns)
+            if tn.action_ids]
+
+
 def update(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=None) -> dict:
-    """One optimizer step on all rows (token-mean over the whole batch, gradient accumulation
-    over micro-batches). Returns metrics; `skipped` = 1 if the step was dropped (non-finite).
+    """One PPO update on a rollout batch: `cfg.minibatches` optimizer steps, step k on the rows
+    with `row.minibatch == k` (1 = one step on everything). As in verl's PPO/GRPO actor (one epoch,
+    ppo_mini_batch_size < the batch): the first step is on-policy (ρ = 1, the clip is inactive);
+    later steps see rows whose π_old is now 1..M−1 steps stale, which is what the clip is for.
+    Same rollouts, same forward/backward work — only more, smaller steps. Returns metrics summed
+    or token-weighted over the steps; `train/skipped_nonfinite` counts dropped steps."""
+    M = max(1, cfg.minibatches)
+    parts = [step(model, opt, [r for r in rows if r.minibatch % M == k] if M > 1 else rows, cfg, pad_id, ref_model)
+             for k in range(M)]
+    n = sum(p["n_trained"] for p in parts)
+    out = {"loss/pg": sum(p["loss/pg"] for p in parts) / M,
+           "train/rows": sum(p["train/rows"] for p in parts),
+           "train/tokens_trained": n,
+           "train/skipped_nonfinite": sum(p["train/skipped_nonfinite"] for p in parts),
+           "train/grad_norm": max(p["train/grad_norm"] for p in parts),
+           "train/steps": sum(p["stepped"] for p in parts)}
+    for k in ("clipfrac", "kl", "ratio"):       # means over every trained token of the update
+        out[f"train/{k}"] = sum(p[k] for p in parts) / n if n else (1.0 if k == "ratio" else 0.0)
+    return out
+
+
+def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=None) -> dict:
+    """One optimizer step on `rows` (token-mean over all of them, gradient accumulation over
+    micro-batches). Returns metric sums (clipfrac/kl/ratio summed over trained tokens).
 
     Data parallel (torchrun): each rank holds its own groups' rows. The token count is summed
     over ranks first, each rank's loss is its token-sum / the *global* count, and gradients are
     summed over ranks — so every rank takes exactly the step a single process would take on the
-    union of the rows, and the weights stay identical without a DDP wrapper."""
+    union of the rows, and the weights stay identical without a DDP wrapper. Every rank calls
+    this the same number of times (one per mini-batch), also with no rows of its own."""
     dev = next(model.parameters()).device
     kept = rows if cfg.kl_coef != 0 else [r for r in rows if r.adv != 0.0]      # deviation 3
     # token counts summed over ranks in one call: the token-mean denominator is every action
@@ -194,9 +250,10 @@ def update(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=N
     counts = _all_reduce(torch.tensor([float(sum(len(r.action_ids) for r in rs)) for rs in (rows, kept)], device=dev))
     n_tok, n_trained = int(counts[0].item()), int(counts[1].item())
     rows = sorted(kept, key=lambda r: len(r.prompt_ids) + len(r.action_ids))
-    if n_tok == 0:
-        return {"loss/pg": 0.0, "train/rows": 0, "train/tokens_trained": 0, "train/skipped_nonfinite": 0,
-                "train/grad_norm": 0.0}
+    empty = {"loss/pg": 0.0, "train/rows": 0, "n_trained": 0, "train/skipped_nonfinite": 0,
+             "train/grad_norm": 0.0, "stepped": 0, "clipfrac": 0.0, "kl": 0.0, "ratio": 0.0}
+    if n_trained == 0:      # no token carries a gradient anywhere: no step (Adam would still move)
+        return empty
     model.train()
     opt.zero_grad(set_to_none=True)
     agg = torch.zeros(4, device=dev)                                 # loss, clipfrac, kl, ratio sums
@@ -229,7 +286,6 @@ def update(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=N
         opt.zero_grad(set_to_none=True)                              # deviation 4
     else:
         opt.step()
-    return {"loss/pg": total, "train/rows": len(rows), "train/tokens_trained": n_trained,
-            "train/clipfrac": agg[1].item() / n_tok, "train/kl": agg[2].item() / n_tok,
-            "train/ratio": agg[3].item() / n_tok, "train/grad_norm": float(gn),
-            "train/skipped_nonfinite": int(skipped)}
+    return {"loss/pg": total, "train/rows": len(rows), "n_trained": n_trained,
+            "train/skipped_nonfinite": int(skipped), "train/grad_norm": float(gn), "stepped": int(not skipped),
+            "clipfrac": agg[1].item(), "kl": agg[2].item(), "ratio": agg[3].item()}

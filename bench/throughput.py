@@ -42,7 +42,7 @@ def main():
     model, tok, folder = train.model_setup(cfg, spec, env_kw, print)
     agent = Agent(HFGenerator(model, tok), tok, spec, max_new_tokens=cfg.max_new_tokens)
     envs = [spec.make(split="train", seed=0, **env_kw) for _ in range(cfg.tasks_per_iter * cfg.group_size)]
-    res = {"config": {"tasks": cfg.tasks_per_iter, "G": cfg.group_size, "threads": a.threads,
+    res = {"config": {"tasks": cfg.tasks_per_iter, "G": cfg.group_size, "minibatches": cfg.minibatches, "threads": a.threads,
                       "model_params": sum(p.numel() for p in model.parameters()), "model_dir": folder}}
     roll, upd = [], []
     opt = torch.optim.AdamW(model.parameters(), lr=0.0)       # lr 0: measure, do not change the policy
@@ -53,9 +53,10 @@ def main():
         dt = time.perf_counter() - t0
         roll.append((agent.counter["tokens/rollout"] - c0.get("tokens/rollout", 0),
                      agent.counter["env_steps/rollout"] - c0.get("env_steps/rollout", 0), dt))
-        rows = grpo.rows_from(groups, [[[1.0] * len(t.turns) for t in g] for g in groups])  # every row trains
+        rows = grpo.rows_from(groups, [[[1.0] * len(t.turns) for t in g] for g in groups],   # every row trains
+                              cfg.minibatches)
         t0 = time.perf_counter()
-        st = grpo.update(model, opt, rows, grpo.UpdateCfg(lr=0.0), tok.pad_token_id)
+        st = grpo.update(model, opt, rows, grpo.UpdateCfg(lr=0.0, minibatches=cfg.minibatches), tok.pad_token_id)
         dt = time.perf_counter() - t0
         upd.append((st["train/tokens_trained"], sum(len(x.prompt_ids) + len(x.action_ids) for x in rows), dt))
     res["rollout_tokens_per_s"] = sum(x[0] for x in roll) / sum(x[2] for x in roll)

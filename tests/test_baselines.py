@@ -43,7 +43,7 @@ def traj(obs, won, i=0, valid=None, task=7):
 
 
 def cfg(**kw):
-    base = dict(min_success=1, max_success=3, invalid_penalty=0.1, norm_std=False, temperature=1.0, seed=0,
+    base = dict(min_success=1, max_success=3, invalid_penalty=0.1, inadmissible_penalty=0.0, norm_std=False, temperature=1.0, seed=0,
                 gigpo_gamma=G95, gigpo_omega=1.0, gigpo_mode="mean_norm", gigpo_similarity=0.0,
                 spo_interval=2, spo_n=4, spo_tree_depths="2", spo_tree_branch=2, critic_alpha=0.25,
                 matched_extra=0.25, matched_tokens=0)
@@ -360,3 +360,15 @@ def test_train_smoke(method, smoke_cache, tmp_path):
     if method == "grpo-matched":
         import train                          # default share of each worker's 4 episodes, summed
         assert all(r["matched/extra_episodes"] == 2 * round(train.Config().matched_extra * 4) for r in rows)
+
+
+def test_baseline_sampling_seeds_differ_per_group():
+    """Data-parallel ranks hold different groups; their extra rollouts/continuations must not share
+    one random stream (the seed mixes in the groups' global ids), and a rerun draws the same."""
+    from types import SimpleNamespace
+    from rollout import Trajectory
+    run = SimpleNamespace(cfg=SimpleNamespace(seed=0), step=3)
+    grp = lambda gid: [Trajectory(0, gid, 0, "t", "x", [], False, 0.0)]
+    a, b = baselines._seed(run, 1, [grp(0), grp(2)]), baselines._seed(run, 1, [grp(1), grp(3)])
+    assert a != b and a == baselines._seed(run, 1, [grp(0), grp(2)])
+    assert a != baselines._seed(run, 2, [grp(0), grp(2)])

@@ -179,12 +179,70 @@ def test_update_skips_nonfinite_loss(tiny_alfworld):
     assert any(not torch.equal(before[k], v) for k, v in m.state_dict().items())
 
 
+def test_minibatches_take_several_clipped_steps(tiny_alfworld):
+    """--minibatches M: M optimizer steps on one rollout batch. The first is on-policy (ρ = 1, no
+    clipping); the later ones train on rows whose π_old is stale, so with a large step the clip
+    engages; with M = 1 there is one step and ρ = 1 everywhere. Turns of a trajectory are spread
+    over the mini-batches by their identity (group, rollout, turn), not by list position."""
+    import copy
+    from rollout import Trajectory, Turn
+    spec, model, tok, _ = tiny_alfworld
+    prompts = [tok.encode(f"You are in the middle of a room. Step {t}.") for t in range(8)]
+    action = tok.encode("<action>go to desk 1</action>")
+
+    def batch(m):                    # 8 turn-rows with their exact current log-probs as π_old
+        rows = []
+        for t, p in enumerate(prompts):
+            ids, attn, mask, _, _ = grpo.collate([grpo.Row(p, action, [0.0] * len(action), 1.0)], tok.pad_token_id)
+            with torch.no_grad():
+                lp = grpo.token_logprobs(m, ids, attn, mask)[0][mask[0].bool()].tolist()
+            rows.append(grpo.Row(p, action, lp, 1.0 if t % 2 else -1.0, grpo.minibatch_of(0, 0, 0, t, 4)))
+        return rows
+
+    stats = {}
+    for M in (1, 4):
+        m = copy.deepcopy(model)
+        opt = torch.optim.AdamW(m.parameters(), lr=3e-2)
+        stats[M] = grpo.update(m, opt, batch(m), grpo.UpdateCfg(minibatches=M), tok.pad_token_id)
+        assert stats[M]["train/steps"] == M and stats[M]["train/skipped_nonfinite"] == 0
+        assert all(s["step"] == M for s in opt.state.values())              # Adam took M steps
+    assert stats[1]["train/ratio"] == pytest.approx(1.0, abs=1e-5) and stats[1]["train/clipfrac"] == 0.0
+    assert stats[4]["train/clipfrac"] > 0.0 and stats[4]["train/ratio"] != pytest.approx(1.0, abs=1e-3)
+    assert stats[1]["train/tokens_trained"] == stats[4]["train/tokens_trained"] == 8 * len(action)
+    # the split: consecutive turns go to consecutive mini-batches; the identity decides, so a
+    # rank holding only some groups puts each turn where a single process would
+    tr = Trajectory(3, 5, 0, "t", "x", [Turn(t, "o", [], "x", "a", True, "o", 0.0, False, [1], [2], [0.0]) for t in range(6)], True, 1.0)
+    rows = grpo.rows_from([[tr]], [[[1.0] * 6]], 4)
+    assert [r.minibatch for r in rows] == [(5 + 3 + t) % 4 for t in range(6)]
+    other = Trajectory(0, 1, 0, "t", "x", tr.turns, True, 1.0)
+    assert [r.minibatch for r in grpo.rows_from([[other], [tr]], [[[1.0] * 6], [[1.0] * 6]], 4)][6:] == [r.minibatch for r in rows]
+
+
 def test_invalid_format_penalty_on_turn_only():
     from rollout import Trajectory, Turn
     def tr(i, won, valids):
         return Trajectory(i, 0, 0, "t", "x", [Turn(t, "o", [], "x", "a", v, "o", 0.0, False) for t, v in enumerate(valids)], won, float(won))
     adv = grpo.trajectory_advantages([[tr(0, True, [True, False]), tr(1, False, [True])]], invalid_penalty=0.1)
     assert adv == [[[0.5, 0.4], [-0.5]]]
+
+
+def test_inadmissible_penalty_on_turn_only():
+    """--inadmissible-penalty: a well-formed action the env did not list costs that turn only;
+    a format-invalid turn pays the format penalty alone; envs without a list are unaffected; an
+    all-failure group (A = 0) still trains its inadmissible turns away."""
+    from rollout import Trajectory, Turn
+    adm = ["go to desk 1", "open drawer 1"]
+    def turn(t, action, valid=True, admissible=adm):
+        return Turn(t, "o", list(admissible), "x", action, valid, "o", 0.0, False, [1], [2], [0.0])
+    win = Trajectory(0, 0, 0, "t", "x", [turn(0, "go to desk 1"), turn(1, "go to sofa 1"), turn(2, "go to", valid=False)], True, 1.0)
+    lose = Trajectory(1, 0, 0, "t", "x", [turn(0, "take pen 1 from desk 1", admissible=[])], False, 0.0)
+    adv = grpo.trajectory_advantages([[win, lose]], invalid_penalty=0.1, inadmissible_penalty=0.2)
+    assert adv == [[[0.5, pytest.approx(0.3), pytest.approx(0.4)], [-0.5]]]
+    assert grpo.trajectory_advantages([[win, lose]], invalid_penalty=0.1) == [[[0.5, 0.5, pytest.approx(0.4)], [-0.5]]]
+    fail = Trajectory(0, 0, 0, "t", "x", [turn(0, "go to desk 1"), turn(1, "go to sofa 1")], False, 0.0)
+    adv = grpo.trajectory_advantages([[fail, fail]], inadmissible_penalty=0.1)
+    assert adv == [[[0.0, -0.1], [0.0, -0.1]]]
+    assert [r.adv for r in grpo.rows_from([[fail]], [adv[0][:1]])] == [0.0, -0.1]   # the update keeps the 2nd
 
 
 def test_score_reward_is_the_outcome_when_asked():

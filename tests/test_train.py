@@ -74,6 +74,9 @@ def test_bad_flag_value_one_line_error(tmp_path, cache):
     r = run(["--method", "nope", "--out", str(tmp_path)], cache, timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "--method" in r.stderr and "nope" in r.stderr
+    r = run(["--minibatches", "0", "--out", str(tmp_path)], cache, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "--minibatches 0" in r.stderr
 
 
 def test_per_benchmark_defaults_yield_to_explicit_flags():
@@ -175,7 +178,7 @@ def test_two_workers_equal_single_process(tmp_path, cache):
     single-process run on the same groups (up to float summation order)."""
     import torch
     from safetensors.torch import load_file
-    args = ["--env", "alfworld", "--iters", "1", "--eval-every", "1", *TINY]
+    args = ["--env", "alfworld", "--iters", "1", "--eval-every", "1", "--minibatches", "2", *TINY]
     single, multi = tmp_path / "single", tmp_path / "multi"
     r = run([*args, "--workers", "1", "--out", str(single)], cache)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -189,6 +192,8 @@ def test_two_workers_equal_single_process(tmp_path, cache):
         assert ma[0][k] == mb[0][k], k                                      # the same 4 episodes
     a, b = ma[1], mb[1]
     assert a["train/success"] == b["train/success"] and a["tokens/rollout"] == b["tokens/rollout"]
+    # two mini-batches: each rank trains its share of the same turns in each step (rank-invariant split)
+    assert a["train/steps"] == b["train/steps"] == 2 and a["train/clipfrac"] == pytest.approx(b["train/clipfrac"])
     assert a["train/rows"] > 0 and a["train/tokens_trained"] == b["train/tokens_trained"]
     wa, wb = load_file(single / "checkpoint" / "model.safetensors"), load_file(multi / "checkpoint" / "model.safetensors")
     w0 = load_file(os.path.join(json.load(open(single / "config.json"))["model_dir"], "model.safetensors"))
@@ -215,3 +220,32 @@ def test_lora_bf16_gradient_checkpointing_run_and_resume(tmp_path, cache):
     r = run([*args[:2], "--iters", "3", *args[4:], "--resume"], cache)
     assert r.returncode == 0, r.stderr[-3000:]
     assert [m["step"] for m in metrics(out)] == [1, 2, 3]
+
+
+def test_diagnose_bench_reports_failure_modes(tmp_path, cache):
+    """bench/diagnose.py on a real (tiny) run: plays held-out episodes with the run's settings and
+    writes the failure-mode table; its counts are those of the recorded turns."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from diagnose import failure_modes
+    from rollout import Trajectory, Turn
+    adm = ["go to desk 1", "open drawer 1"]
+    t = lambda i, a: Turn(i, "o", adm, "x", a, True, "o", 0.0, False)
+    lost = Trajectory(0, 0, 0, "t", "x", [t(0, "go to sofa 1"), t(1, "go to sofa 1"), t(2, "go to desk 1")], False, 0.0)
+    won = Trajectory(0, 1, 0, "t", "x", [t(0, "open drawer 1")], True, 1.0)
+    m = failure_modes([[lost], [won]], max_steps=3)
+    assert (m["success"], m["out_of_steps"], m["non_admissible"], m["repeats"]) == (0.5, 0.5, 0.5, 0.25)
+    assert m["non_admissible_verbs"] == {"go": 2}
+    out = tmp_path / "run"
+    r = run(["--env", "alfworld", "--method", "grpo", "--iters", "1", "--eval-every", "0", "--workers", "1",
+             "--out", str(out), *TINY], cache)
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "diagnose.py"), str(out), "--episodes", "4",
+                        "--temperatures", "0.4", "--out-dir", str(tmp_path / "res")], capture_output=True, text=True, timeout=300)
+    assert d.returncode == 0, d.stderr[-3000:]
+    res = json.load(open(tmp_path / "res" / "diagnose_run.json"))
+    m = res["by_temperature"]["0.4"]
+    assert m["episodes"] == 4 and 0 <= m["non_admissible"] <= 1 and m["episode_len"] <= 8
+    assert "non-admissible turns" in (tmp_path / "res" / "diagnose_run.md").read_text()
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "diagnose.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "no config.json" in bad.stderr
