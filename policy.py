@@ -14,7 +14,8 @@ Two ways to get a policy, one code path afterwards
        the expert's action at states the noisy policy actually visits), stopped early on purpose so
        the policy starts imperfect (~20–50% held-out success) and RL has something to do.
   The result is saved as an ordinary HF folder (AutoModelForCausalLM / AutoTokenizer load it) under
-  a cache dir keyed by env + config, so a second run skips the warm start.
+  a cache dir keyed by env + config, so a second run skips the warm start. With train.py's local
+  workers the cloning is data parallel (each rank half of every batch and of the success checks).
 
 Everything downstream (prompts via `apply_chat_template`, generation, log-probs) is the same code
 as for a real model. `HFGenerator` is the transformers generation backend used by rollout.py.
@@ -277,27 +278,49 @@ def collect_demos(spec, env_kwargs: dict, agent_fmt, bc: BCConfig, seed: int):
     return data
 
 
+def dist_rank_world() -> tuple[int, int]:
+    """(rank, world size) of an initialised torch.distributed group; (0, 1) otherwise."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def bc_train(model, data, bc: BCConfig, pad_id: int, seed: int, check=None) -> list[float]:
     """Cross-entropy on the response tokens only (prompt tokens masked). `check(step) -> bool`
-    (the target-success check) runs from `bc.check_from` every `bc.check_every` steps; True stops."""
+    (the target-success check) runs from `bc.check_from` every `bc.check_every` steps; True stops.
+
+    Data parallel when torch.distributed is initialised (train.py's local workers): every rank
+    draws the same batch (same RNG) and takes every world-th row; its loss is its token-sum over
+    the *global* token count and gradients are summed over ranks, so each step is the
+    single-process step up to float summation order, at 1/world of the compute per rank."""
     from tqdm import tqdm
-    from grpo import Row, collate, token_logprobs
+    from grpo import Row, _all_reduce, collate, token_logprobs
+    rank, world = dist_rank_world()
     g = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=bc.lr, weight_decay=0.0)
     model.train()
     losses = []
-    bar = tqdm(range(bc.steps), desc="warm start: behaviour cloning", mininterval=1)
+    bar = tqdm(range(bc.steps), desc="warm start: behaviour cloning", mininterval=1, disable=rank != 0)
     for step in bar:
         batch = [data[g.randrange(len(data))] for _ in range(bc.batch)]
         rows = [Row(p, t, [0.0] * len(t), 0.0) for p, t in batch]
-        ids, attn, mask, _, _ = collate(rows, pad_id)                     # (B, T), (B, T-1)
+        n_tok = float(sum(len(r.action_ids) for r in rows))               # the global token count
+        rows = rows[rank::world]
+        ids, attn, mask, _, _ = collate(rows, pad_id)                     # (B/world, T), (B/world, T-1)
         lr = bc.lr * min(1.0, (step + 1) / 20)                            # short warm-up
         for gr in opt.param_groups:
             gr["lr"] = lr
-        # cross-entropy on the response tokens only (token mean)
-        loss = -(token_logprobs(model, ids, attn, mask) * mask).sum() / mask.sum()
+        # cross-entropy on the response tokens only (token mean over the whole batch)
+        loss = -(token_logprobs(model, ids, attn, mask) * mask).sum() / n_tok
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if world > 1:
+            for p in model.parameters():
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                _all_reduce(p.grad)
+            loss = _all_reduce(loss.detach().clone())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
@@ -314,17 +337,21 @@ def success_check(spec, env_kwargs: dict, model, tok, bc: BCConfig, seed: int, h
     """The warm start's stopping rule: success of the current policy at the evaluation
     temperature on `bc.check_episodes` training-split tasks (indices 20,000,000+: the demos use
     10,000,000+ and RL draws below 1,000,000; finite training splits are spread over instead)."""
+    from grpo import _all_reduce
     from rollout import Agent, rollout_groups
     n = bc.check_episodes
     nt = spec.num_tasks(spec.splits[0])
     tasks = [i * nt // n for i in range(n)] if nt else [20_000_000 + i for i in range(n)]
-    envs = [spec.make(split=spec.splits[0], seed=seed, **env_kwargs) for _ in range(n)]
+    rank, world = dist_rank_world()
+    mine = list(range(rank, n, world))            # data parallel: each rank plays every world-th task
+    envs = [spec.make(split=spec.splits[0], seed=seed, **env_kwargs) for _ in mine]
     agent = Agent(HFGenerator(model, tok), tok, spec, compact=True, history_len=history_len)
 
     def check(step: int) -> bool:
-        groups = rollout_groups(agent, envs, tasks, 1, bc.check_temperature, seed=seed + 11,
-                                purpose="bc_check", keep_states=False)
-        sr = sum(g[0].success for g in groups) / n
+        groups = rollout_groups(agent, envs, [tasks[i] for i in mine], 1, bc.check_temperature, seed=seed + 11,
+                                purpose="bc_check", keep_states=False, positions=mine)
+        won = _all_reduce(torch.tensor([float(sum(g[0].success for g in groups))]))   # every rank decides alike
+        sr = float(won[0]) / n
         record.append({"step": step, "success": sr})
         log(f"warm start: step {step}: success {sr:.3f} on {n} unseen training tasks (target {bc.target:.2f})")
         return sr >= bc.target
@@ -351,7 +378,11 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
                       "vocab": hashlib.sha1("\n".join(spec.vocabulary() + spec.atomic()).encode()).hexdigest()[:12]},
                      sort_keys=True)
     folder = os.path.join(os.path.expanduser(cache_dir), f"tiny-{spec.name}-{hashlib.sha1(key.encode()).hexdigest()[:12]}")
-    if os.path.exists(os.path.join(folder, "done.json")):
+    cached = os.path.exists(os.path.join(folder, "done.json"))
+    if dist_rank_world()[1] > 1:    # data parallel: build together unless every rank sees the cache
+        from grpo import _all_reduce
+        cached = bool(_all_reduce(torch.tensor([float(cached)]))[0] == dist_rank_world()[1])
+    if cached:
         log(f"tiny policy: cached warm start at {folder}")
         tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
         return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), tok, folder
@@ -369,6 +400,12 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
     checks: list[dict] = []
     check = success_check(spec, env_kwargs, model, tok, bc, seed, history_len, log, checks) if bc.target > 0 else None
     losses = bc_train(model, data, bc, tok.pad_token_id, seed, check)
+    rank, world = dist_rank_world()
+    if rank != 0:            # data-parallel warm start: rank 0 writes the cache, the others load it
+        import torch.distributed as dist
+        dist.barrier()
+        tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), tok, folder
     tmp = f"{folder}.tmp{os.getpid()}"  # private: two processes building the same key do not collide
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -382,6 +419,9 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"tiny policy: warm start done in {time.time() - t0:.0f}s ({len(data)} demo steps, {len(losses)} BC steps"
         + (f", stopped at success {checks[-1]['success']:.3f}" if checks and checks[-1]["success"] >= bc.target else "")
-        + f", final loss {losses[-1]:.3f})")
+        + f", final loss {losses[-1]:.3f}" + (f", {world} workers" if world > 1 else "") + ")")
+    if world > 1:
+        import torch.distributed as dist
+        dist.barrier()
     tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), tok, folder

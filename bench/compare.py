@@ -57,9 +57,7 @@ def launch(job, args) -> tuple:
         return job, 0, "skipped (done)"
     cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--env", env, *METHOD_ARGS[method], "--seed", str(seed),
            "--iters", str(args.iters), "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
-           "--out", d, "--threads", "1", "--workers", "1", "--bc-seed", "0",   # one warm start shared by all seeds
-           "--tiny-hidden", "64",   # the width results/compare.* were measured with (cheaper: many runs); `-- --tiny-hidden 128` to change
-           *args.extra]
+           "--out", d, "--threads", "1", "--workers", "1", "--bc-seed", "0", *args.extra]  # one warm start shared by all seeds
     if os.path.exists(os.path.join(d, "checkpoint", "state.json")):
         cmd.append("--resume")
     os.makedirs(d, exist_ok=True)

@@ -180,9 +180,11 @@ def test_two_workers_equal_single_process(tmp_path, cache):
     from safetensors.torch import load_file
     args = ["--env", "alfworld", "--iters", "1", "--eval-every", "1", "--minibatches", "2", *TINY]
     single, multi = tmp_path / "single", tmp_path / "multi"
-    r = run([*args, "--workers", "1", "--out", str(single)], cache)
+    # each builds its own warm start: the 2-worker one data parallel (half of every BC batch and of
+    # the success checks per rank), which must give the single-process weights up to float order
+    r = run([*args, "--workers", "1", "--out", str(single)], tmp_path / "cache1")
     assert r.returncode == 0, r.stderr[-3000:]
-    r = run([*args, "--workers", "2", "--out", str(multi)], cache)
+    r = run([*args, "--workers", "2", "--out", str(multi)], tmp_path / "cache2")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "over 2 ranks" in r.stdout + r.stderr and r.stdout.count("done:") == 1
     assert json.load(open(multi / "config.json"))["world_size"] == 2
@@ -195,8 +197,13 @@ def test_two_workers_equal_single_process(tmp_path, cache):
     # two mini-batches: each rank trains its share of the same turns in each step (rank-invariant split)
     assert a["train/steps"] == b["train/steps"] == 2 and a["train/clipfrac"] == pytest.approx(b["train/clipfrac"])
     assert a["train/rows"] > 0 and a["train/tokens_trained"] == b["train/tokens_trained"]
+    warm = [load_file(os.path.join(json.load(open(d / "config.json"))["model_dir"], "model.safetensors")) for d in (single, multi)]
+    assert "cache1" in json.load(open(single / "config.json"))["model_dir"] and "cache2" in json.load(open(multi / "config.json"))["model_dir"]
+    for k in warm[0]:
+        assert torch.allclose(warm[0][k], warm[1][k], atol=1e-5), k
+    assert "2 workers" in r.stdout + r.stderr                              # the warm start was built data parallel
     wa, wb = load_file(single / "checkpoint" / "model.safetensors"), load_file(multi / "checkpoint" / "model.safetensors")
-    w0 = load_file(os.path.join(json.load(open(single / "config.json"))["model_dir"], "model.safetensors"))
+    w0 = warm[0]
     assert wa.keys() == wb.keys()
     assert any(not torch.equal(wa[k], w0[k]) for k in wa)                  # the update did move the weights
     for k in wa:
