@@ -196,6 +196,17 @@ def _all_reduce(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def all_reduce_grads(model) -> list:
+    """Sum the trainable parameters' gradients over data-parallel ranks (a rank with no rows of its
+    own contributes zeros); returns those parameters."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        _all_reduce(p.grad)
+    return params
+
+
 def minibatch_of(group_id: int, traj_id: int, start_step: int, turn: int, minibatches: int) -> int:
     """Which of the M mini-batches a turn-row belongs to. A fixed function of the turn's identity
     (global group position, rollout, turn), not of the rank or the row's place in a list, so the
@@ -250,10 +261,9 @@ def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=Non
     counts = _all_reduce(torch.tensor([float(sum(len(r.action_ids) for r in rs)) for rs in (rows, kept)], device=dev))
     n_tok, n_trained = int(counts[0].item()), int(counts[1].item())
     rows = sorted(kept, key=lambda r: len(r.prompt_ids) + len(r.action_ids))
-    empty = {"loss/pg": 0.0, "train/rows": 0, "n_trained": 0, "train/skipped_nonfinite": 0,
-             "train/grad_norm": 0.0, "stepped": 0, "clipfrac": 0.0, "kl": 0.0, "ratio": 0.0}
     if n_trained == 0:      # no token carries a gradient anywhere: no step (Adam would still move)
-        return empty
+        return {"loss/pg": 0.0, "train/rows": 0, "n_trained": 0, "train/skipped_nonfinite": 0,
+                "train/grad_norm": 0.0, "stepped": 0, "clipfrac": 0.0, "kl": 0.0, "ratio": 0.0}
     model.train()
     opt.zero_grad(set_to_none=True)
     agg = torch.zeros(4, device=dev)                                 # loss, clipfrac, kl, ratio sums
@@ -273,11 +283,7 @@ def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=Non
         loss.backward()
         agg += torch.tensor([loss.item(), st["clipfrac"], st["kl"], st["ratio"]], device=dev)
         i = j
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:                                                 # sum gradients over ranks
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        _all_reduce(p.grad)
+    params = all_reduce_grads(model)
     _all_reduce(agg)
     gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
     total = agg[0].item()

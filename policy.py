@@ -295,7 +295,7 @@ def bc_train(model, data, bc: BCConfig, pad_id: int, seed: int, check=None) -> l
     the *global* token count and gradients are summed over ranks, so each step is the
     single-process step up to float summation order, at 1/world of the compute per rank."""
     from tqdm import tqdm
-    from grpo import Row, _all_reduce, collate, token_logprobs
+    from grpo import Row, _all_reduce, all_reduce_grads, collate, token_logprobs
     rank, world = dist_rank_world()
     g = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=bc.lr, weight_decay=0.0)
@@ -316,10 +316,7 @@ def bc_train(model, data, bc: BCConfig, pad_id: int, seed: int, check=None) -> l
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if world > 1:
-            for p in model.parameters():
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                _all_reduce(p.grad)
+            all_reduce_grads(model)
             loss = _all_reduce(loss.detach().clone())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -379,9 +376,10 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
                      sort_keys=True)
     folder = os.path.join(os.path.expanduser(cache_dir), f"tiny-{spec.name}-{hashlib.sha1(key.encode()).hexdigest()[:12]}")
     cached = os.path.exists(os.path.join(folder, "done.json"))
-    if dist_rank_world()[1] > 1:    # data parallel: build together unless every rank sees the cache
+    rank, world = dist_rank_world()
+    if world > 1:    # data parallel: build together unless every rank sees the cache
         from grpo import _all_reduce
-        cached = bool(_all_reduce(torch.tensor([float(cached)]))[0] == dist_rank_world()[1])
+        cached = bool(_all_reduce(torch.tensor([float(cached)]))[0] == world)
     if cached:
         log(f"tiny policy: cached warm start at {folder}")
         tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
@@ -400,7 +398,6 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
     checks: list[dict] = []
     check = success_check(spec, env_kwargs, model, tok, bc, seed, history_len, log, checks) if bc.target > 0 else None
     losses = bc_train(model, data, bc, tok.pad_token_id, seed, check)
-    rank, world = dist_rank_world()
     if rank != 0:            # data-parallel warm start: rank 0 writes the cache, the others load it
         import torch.distributed as dist
         dist.barrier()
