@@ -179,6 +179,20 @@ def test_update_skips_nonfinite_loss(tiny_alfworld):
     assert any(not torch.equal(before[k], v) for k, v in m.state_dict().items())
 
 
+def test_update_without_signal_takes_no_step(tiny_alfworld):
+    """A batch whose advantages are all 0 (KL off) trains nothing: no optimizer step, so Adam's
+    momentum from earlier updates cannot move the weights."""
+    import copy
+    spec, model, tok, _ = tiny_alfworld
+    m = copy.deepcopy(model)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    grpo.update(m, opt, [grpo.Row([5, 6, 7], [8, 9], [-2.0, -1.0], 1.0)], grpo.UpdateCfg(), tok.pad_token_id)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    st = grpo.update(m, opt, [grpo.Row([5, 6, 7], [8, 9], [-2.0, -1.0], 0.0)], grpo.UpdateCfg(), tok.pad_token_id)
+    assert st["train/steps"] == 0 and st["train/tokens_trained"] == 0
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+
+
 def test_minibatches_take_several_clipped_steps(tiny_alfworld):
     """--minibatches M: M optimizer steps on one rollout batch. The first is on-policy (ρ = 1, no
     clipping); the later ones train on rows whose π_old is stale, so with a large step the clip
