@@ -335,10 +335,9 @@ def success_check(spec, env_kwargs: dict, model, tok, bc: BCConfig, seed: int, h
     temperature on `bc.check_episodes` training-split tasks (indices 20,000,000+: the demos use
     10,000,000+ and RL draws below 1,000,000; finite training splits are spread over instead)."""
     from grpo import _all_reduce
-    from rollout import Agent, rollout_groups
+    from rollout import Agent, rollout_groups, spread_tasks
     n = bc.check_episodes
-    nt = spec.num_tasks(spec.splits[0])
-    tasks = [i * nt // n for i in range(n)] if nt else [20_000_000 + i for i in range(n)]
+    tasks = spread_tasks(spec.num_tasks(spec.splits[0]), n, first=20_000_000)
     rank, world = dist_rank_world()
     mine = list(range(rank, n, world))            # data parallel: each rank plays every world-th task
     envs = [spec.make(split=spec.splits[0], seed=seed, **env_kwargs) for _ in mine]

@@ -502,12 +502,10 @@ def evaluate(agent, spec, env_kw, split: str, n: int, temperature: float, seed: 
     """Held-out success at low temperature. With several workers each evaluates every world-th
     task and rank 0 merges them; episode seeds come from the task's global position, so the
     result does not depend on the number of workers. Every rank must call it."""
-    from rollout import rollout_groups
+    from rollout import rollout_groups, spread_tasks
     nt = spec.num_tasks(split)
     n = min(n, nt) if nt else n
-    # n tasks spread evenly over the split (its tasks are ordered by type), so every task type is
-    # evaluated in proportion even when n is smaller than the split
-    tasks = [i * nt // n for i in range(n)] if nt else list(range(n))
+    tasks = spread_tasks(nt, n)         # every task type in proportion even when n < the split
     mine = list(range(rank, n, world))
     while len(eval_envs) < len(mine):
         eval_envs.append(spec.make(split=split, seed=seed, **env_kw))

@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     import torch
     import policy
     import train
-    from rollout import Agent, rollout_groups
+    from rollout import Agent, rollout_groups, spread_tasks
     torch.set_num_threads(1)
     saved = json.load(open(cfg_path))
     cfg = train.Config(**{k: v for k, v in saved.items() if k in train.Config.__dataclass_fields__})
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
                   history_len=cfg.history_len, max_new_tokens=cfg.max_new_tokens, reward=cfg.reward)
     nt = spec.num_tasks(split)
     n = min(a.episodes, nt) if nt else a.episodes
-    tasks = [i * nt // n for i in range(n)] if nt else list(range(n))
+    tasks = spread_tasks(nt, n)
     envs = [spec.make(split=split, seed=cfg.seed, **env_kw) for _ in range(n)]
     res = {"run": a.run, "model": model_dir, "env": cfg.env, "split": split, "by_temperature": {}}
     md = [f"# Failure modes: {os.path.basename(os.path.normpath(a.run))}", "",

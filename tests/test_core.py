@@ -191,6 +191,15 @@ def test_update_without_signal_takes_no_step(tiny_alfworld):
     st = grpo.update(m, opt, [grpo.Row([5, 6, 7], [8, 9], [-2.0, -1.0], 0.0)], grpo.UpdateCfg(), tok.pad_token_id)
     assert st["train/steps"] == 0 and st["train/tokens_trained"] == 0
     assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+    # two mini-batches, one of them all-zero: one step, and loss/pg is that step's loss (the empty
+    # mini-batch does not halve it)
+    rows = [grpo.Row([5, 6, 7], [8, 9], [-2.0, -1.0], 1.0, minibatch=0), grpo.Row([5, 6], [8], [-2.0], 0.0, minibatch=1)]
+    def upd(rs, M):
+        c = copy.deepcopy(m)
+        return grpo.update(c, torch.optim.AdamW(c.parameters(), lr=1e-3), rs, grpo.UpdateCfg(minibatches=M), tok.pad_token_id)
+    one, two = upd(rows[:1], 1), upd(rows, 2)
+    assert two["train/steps"] == 1 and one["loss/pg"] != 0.0
+    assert two["loss/pg"] == pytest.approx(one["loss/pg"])
 
 
 def test_minibatches_take_several_clipped_steps(tiny_alfworld):

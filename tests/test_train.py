@@ -48,6 +48,10 @@ def test_default_prover_run_writes_contract_and_resumes(tmp_path, cache):
     for k in ("train/success", "eval/success", "tokens/rollout", "tokens/verify", "tokens/judge", "env_steps/total", "time/iter_s"):
         assert k in rows[-1], k
     assert rows[1]["tokens/rollout"] > 0 and rows[1]["env_steps/total"] > 0
+    # turn shares: a well-formed but unlisted action is non-admissible, a malformed one is not
+    # (it counts as invalid format); a barely cloned policy makes some of either
+    inad, inval = rows[1]["train/inadmissible"], rows[1]["train/invalid_format"]
+    assert 0 <= inad <= 1 - inval and inad + inval > 0
     # the 4 eval tasks are spread over valid_seen (ordered by type), not its first 4 (one type)
     assert len([k for k in rows[0] if k.startswith("eval/success/")]) == 4
     assert 0 < rows[0]["time/wall_s"] <= rows[1]["time/wall_s"] <= rows[2]["time/wall_s"]
@@ -194,6 +198,7 @@ def test_two_workers_equal_single_process(tmp_path, cache):
         assert ma[0][k] == mb[0][k], k                                      # the same 4 episodes
     a, b = ma[1], mb[1]
     assert a["train/success"] == b["train/success"] and a["tokens/rollout"] == b["tokens/rollout"]
+    assert a["train/inadmissible"] == b["train/inadmissible"] and a["train/invalid_format"] == b["train/invalid_format"]
     # two mini-batches: each rank trains its share of the same turns in each step (rank-invariant split)
     assert a["train/steps"] == b["train/steps"] == 2 and a["train/clipfrac"] == pytest.approx(b["train/clipfrac"])
     assert a["train/rows"] > 0 and a["train/tokens_trained"] == b["train/tokens_trained"]
