@@ -58,7 +58,22 @@ def curve(d: str) -> dict:
     pts = [{"step": r["step"], "minutes": round(r["time/wall_s"] / 60, 1) if "time/wall_s" in r else None,
             "approx": bool(r.get("time/wall_s_reconstructed")),    # minutes rebuilt from the run's log
             "success": r["eval/success"], "score": r["eval/score"]} for r in ev]
-    return {"dir": d, "seed": json.load(open(os.path.join(d, "config.json")))["seed"], "points": pts}
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    return {"dir": d, "seed": cfg["seed"], "flags": nondefault_flags(cfg), "points": pts}
+
+
+# Config fields that name a run rather than change what it trains
+_RUN_ONLY = {"seed", "out", "resume", "cache_dir", "threads", "workers", "checkpoint_every"}
+
+
+def nondefault_flags(cfg: dict) -> str:
+    """The flags a run's config.json differs in from `train.py --env <env>`'s defaults (per-benchmark
+    defaults included), e.g. "--tiny-hidden 128", so a summary says what it measured."""
+    sys.path.insert(0, ROOT)
+    import train
+    base = vars(train.parse_args(["--env", cfg["env"]]))
+    return " ".join(f"--{k.replace('_', '-')} {cfg[k]}" for k in sorted(base)
+                    if k not in _RUN_ONLY and k in cfg and cfg[k] != base[k])
 
 
 def summarise(curves: list[dict], minutes: float) -> dict:
@@ -78,7 +93,11 @@ def summarise(curves: list[dict], minutes: float) -> dict:
 
 def write(env: str, s: dict, out_dir: str) -> str:
     os.makedirs(out_dir, exist_ok=True)
-    lines = [f"# Held-out success (score) of the default `train.py --env {env}` run\n",
+    flags = sorted({c.get("flags", "") for c in s["runs"]})
+    what = (f"the default `train.py --env {env}` run" if flags == [""] else
+            f"`train.py --env {env} {flags[0]}` (not the default)" if len(flags) == 1 else
+            f"`train.py --env {env}` runs with different flags (see each seed)")
+    lines = [f"# Held-out success (score) of {what}\n",
              "| seed | warm start | best success (update) | last | last − warm | within "
              f"{s['minutes']:g} min (update) | within − warm |", "|---|---|---|---|---|---|---|"]
     for c in s["runs"]:
@@ -92,7 +111,7 @@ def write(env: str, s: dict, out_dir: str) -> str:
         pts = ", ".join(f"{p['step']}: {p['success']:.3f}/{p['score']:.3f}"
                         + (f" @{'~' if p['approx'] else ''}{p['minutes']:g}" if p["minutes"] is not None else "")
                         for p in c["points"])
-        lines.append(f"- seed {c['seed']} (`{c['dir']}`): {pts}")
+        lines.append(f"- seed {c['seed']} (`{c['dir']}`{', ' + c['flags'] if len(flags) > 1 and c.get('flags') else ''}): {pts}")
     md = os.path.join(out_dir, f"learning_{env}.md")
     open(md, "w").write("\n".join(lines) + "\n")
     json.dump(s, open(os.path.join(out_dir, f"learning_{env}.json"), "w"), indent=1)
@@ -110,7 +129,7 @@ def write(env: str, s: dict, out_dir: str) -> str:
     ax[1].axvline(s["minutes"], color="grey", ls=":", lw=1)
     for a in ax:
         a.set_ylabel("held-out success"), a.grid(alpha=0.3), a.legend()
-    fig.suptitle(f"train.py --env {env} (defaults)")
+    fig.suptitle(f"train.py --env {env} " + (flags[0] if len(flags) == 1 and flags[0] else "(defaults)" if flags == [""] else "(mixed flags)"))
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, f"learning_{env}.png"), dpi=110)
     return md

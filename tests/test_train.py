@@ -261,3 +261,48 @@ def test_diagnose_bench_reports_failure_modes(tmp_path, cache):
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "diagnose.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no config.json" in bad.stderr
+
+
+def test_warmstart_bench_times_one_and_two_workers(tmp_path):
+    """bench/warmstart.py builds the warm start from an empty cache with 1 and with 2 workers
+    (train.py --iters 0) and reports both; data parallel, the same steps reach the same loss."""
+    out = tmp_path / "ws.json"
+    extra = "--tiny-hidden 32 --bc-episodes 10 --bc-steps 12 --bc-target 0 --max-steps 8"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "warmstart.py"), "--workers", "1,2",
+                        "--extra", extra, "--out", str(out)], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = json.load(open(out))["runs"]
+    assert [x["workers"] for x in runs] == [1, 2] and all(x["warm_start_s"] > 0 for x in runs)
+    assert runs[0]["bc_steps"] == runs[1]["bc_steps"] == 12 and runs[0]["demo_steps"] == runs[1]["demo_steps"]
+    assert runs[1]["final_loss"] == pytest.approx(runs[0]["final_loss"], rel=1e-3)
+    assert "| 2 |" in r.stdout
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "warmstart.py"), "--workers", "one"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "--workers 'one'" in bad.stderr
+
+
+def test_learning_bench_summary_names_nondefault_flags(tmp_path):
+    """bench/learning.py --dirs: the warm-start, best, last and last-within-N-minutes evaluations
+    of each run, and the title says which flags differ from the benchmark's defaults."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import learning
+    assert learning.nondefault_flags({"env": "alfworld", "seed": 3, "out": "x", "tiny_hidden": 128, "lr": 1e-4}) == "--tiny-hidden 128"
+    assert learning.nondefault_flags({"env": "webshop", "history_len": 0, "reward": "score"}) == ""   # its own defaults
+    dirs = []
+    for seed, evals in ((0, [(0, 0.25, 60), (10, 0.5, 900), (20, 0.75, 2000)]), (1, [(0, 0.2, 50), (10, 0.1, 1700)])):
+        d = tmp_path / f"s{seed}"
+        d.mkdir()
+        json.dump({"env": "alfworld", "seed": seed, "tiny_hidden": 128}, open(d / "config.json", "w"))
+        with open(d / "metrics.jsonl", "w") as f:
+            for step, sr, wall in evals:
+                f.write(json.dumps({"step": step, "eval/success": sr, "eval/score": sr, "time/wall_s": wall}) + "\n")
+        dirs.append(str(d))
+    s = learning.summarise([learning.curve(d) for d in dirs], minutes=30)
+    a, b = s["runs"]
+    assert (a["warm"], a["best"], a["best_step"], a["last"]) == (0.25, 0.75, 20, 0.75)
+    assert (a["within"], a["within_step"], a["gain_within"]) == (0.5, 10, 0.25)      # 2000 s is past 30 min
+    assert (b["best"], b["gain_last"]) == (0.1, pytest.approx(-0.1))
+    md = open(learning.write("alfworld", s, str(tmp_path / "out"))).read()
+    assert md.startswith("# Held-out success (score) of `train.py --env alfworld --tiny-hidden 128` (not the default)")
+    assert (tmp_path / "out" / "learning_alfworld.png").stat().st_size > 1000
