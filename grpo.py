@@ -229,7 +229,8 @@ def update(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=N
     ppo_mini_batch_size < the batch): the first step is on-policy (ρ = 1, the clip is inactive);
     later steps see rows whose π_old is now 1..M−1 steps stale, which is what the clip is for.
     Same rollouts, same forward/backward work — only more, smaller steps. Returns metrics summed
-    or token-weighted over the steps (`loss/pg`: the mean over the steps taken); `train/skipped_nonfinite` counts dropped steps."""
+    or token-weighted over the steps (`loss/pg`: the mean over the steps taken);
+    `train/skipped_nonfinite` counts dropped steps."""
     M = max(1, cfg.minibatches)
     parts = [step(model, opt, [r for r in rows if r.minibatch % M == k] if M > 1 else rows, cfg, pad_id, ref_model)
              for k in range(M)]

@@ -31,12 +31,12 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)      # train.py's parser (imported lazily: torch is slow to import)
 
 
 def run_seed(env: str, seed: int, out: str, extra: list[str]) -> int:
     """Run (or finish) one seed: a run that already has a checkpoint continues with --resume up to
     the iters this command asks for (train.py's default for the env unless --iters is passed)."""
-    sys.path.insert(0, ROOT)
     import train
     want = train.parse_args(["--env", env, *extra]).iters
     state = os.path.join(out, "checkpoint", "state.json")
@@ -69,7 +69,6 @@ _RUN_ONLY = {"seed", "out", "resume", "cache_dir", "threads", "workers", "checkp
 def nondefault_flags(cfg: dict) -> str:
     """The flags a run's config.json differs in from `train.py --env <env>`'s defaults (per-benchmark
     defaults included), e.g. "--tiny-hidden 128", so a summary says what it measured."""
-    sys.path.insert(0, ROOT)
     import train
     base = vars(train.parse_args(["--env", cfg["env"]]))
     return " ".join(f"--{k.replace('_', '-')} {cfg[k]}" for k in sorted(base)
@@ -94,8 +93,9 @@ def summarise(curves: list[dict], minutes: float) -> dict:
 def write(env: str, s: dict, out_dir: str) -> str:
     os.makedirs(out_dir, exist_ok=True)
     flags = sorted({c.get("flags", "") for c in s["runs"]})
-    what = (f"the default `train.py --env {env}` run" if flags == [""] else
-            f"`train.py --env {env} {flags[0]}` (not the default)" if len(flags) == 1 else
+    common = flags[0] if len(flags) == 1 else None         # "" = every run at the defaults
+    what = (f"the default `train.py --env {env}` run" if common == "" else
+            f"`train.py --env {env} {common}` (not the default)" if common else
             f"`train.py --env {env}` runs with different flags (see each seed)")
     lines = [f"# Held-out success (score) of {what}\n",
              "| seed | warm start | best success (update) | last | last − warm | within "
@@ -111,7 +111,7 @@ def write(env: str, s: dict, out_dir: str) -> str:
         pts = ", ".join(f"{p['step']}: {p['success']:.3f}/{p['score']:.3f}"
                         + (f" @{'~' if p['approx'] else ''}{p['minutes']:g}" if p["minutes"] is not None else "")
                         for p in c["points"])
-        lines.append(f"- seed {c['seed']} (`{c['dir']}`{', ' + c['flags'] if len(flags) > 1 and c.get('flags') else ''}): {pts}")
+        lines.append(f"- seed {c['seed']} (`{c['dir']}`{', ' + c['flags'] if common is None and c.get('flags') else ''}): {pts}")
     md = os.path.join(out_dir, f"learning_{env}.md")
     open(md, "w").write("\n".join(lines) + "\n")
     json.dump(s, open(os.path.join(out_dir, f"learning_{env}.json"), "w"), indent=1)
@@ -129,7 +129,7 @@ def write(env: str, s: dict, out_dir: str) -> str:
     ax[1].axvline(s["minutes"], color="grey", ls=":", lw=1)
     for a in ax:
         a.set_ylabel("held-out success"), a.grid(alpha=0.3), a.legend()
-    fig.suptitle(f"train.py --env {env} " + (flags[0] if len(flags) == 1 and flags[0] else "(defaults)" if flags == [""] else "(mixed flags)"))
+    fig.suptitle(f"train.py --env {env} " + ("(defaults)" if common == "" else common or "(mixed flags)"))
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, f"learning_{env}.png"), dpi=110)
     return md

@@ -37,7 +37,7 @@ def one(workers: int, seed: int, extra: list[str], env: str) -> dict:
                            env=dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1"))
         wall = time.perf_counter() - t0
         if r.returncode != 0:
-            sys.exit(f"bench/warmstart.py: `{shlex.join(cmd)}` failed (rc {r.returncode}): {r.stderr.strip().splitlines()[-1:]}")
+            sys.exit(f"bench/warmstart.py: `{shlex.join(cmd)}` failed (rc {r.returncode}): {(r.stderr.strip().splitlines() or [''])[-1]}")
         done = glob.glob(os.path.join(tmp, "cache", "*", "done.json"))
         if len(done) != 1:
             sys.exit(f"bench/warmstart.py: expected one warm start in the cache, found {len(done)}")
