@@ -206,7 +206,7 @@ def field_docs(cls) -> dict[str, str]:
     body, docs = tree.body[0].body, {}
     for a, b in zip(body, body[1:]):
         if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
-            docs[a.target.id] = b.value.value
+            docs[a.target.id] = b.value.value.replace("%", "%%")   # argparse %-formats help strings
     return docs
 
 
