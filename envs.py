@@ -128,7 +128,8 @@ def alfworld_chat_prompt(v: PromptInput, history_len: int = 2) -> str:
 def compact_prompt(v: PromptInput, history_len: int = 2) -> str:
     """Short prompt for the tiny offline policy (any env): task, the last few steps, the current
     observation and the admissible actions. The chat prompt's information except its step counter
-    ("you have already taken N step(s)"), in ~5x fewer tokens, which is what makes CPU RL affordable. The answer format is the same `<action>…</action>`."""
+    ("you have already taken N step(s)"), in ~5x fewer tokens, which is what makes CPU RL
+    affordable. The answer format is the same `<action>…</action>`."""
     lines = [f"task: {v.task}"]
     for o, a in v.history[max(0, len(v.history) - history_len):]:
         lines.append(f"obs: {o}")

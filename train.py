@@ -206,7 +206,7 @@ def field_docs(cls) -> dict[str, str]:
     body, docs = tree.body[0].body, {}
     for a, b in zip(body, body[1:]):
         if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
-            docs[a.target.id] = b.value.value.replace("%", "%%")   # argparse %-formats help strings
+            docs[a.target.id] = b.value.value
     return docs
 
 
@@ -232,7 +232,7 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
         f"{e}: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in d.items()) for e, d in ENV_DEFAULTS.items() if d)
     p = OneLineParser(description=__doc__.split("\n")[0], epilog=epilog,
                       formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
-    docs = field_docs(Config)
+    docs = {k: v.replace("%", "%%") for k, v in field_docs(Config).items()}   # argparse %-formats help
     for f in fields(Config):
         flag = "--" + f.name.replace("_", "-")
         default = argparse.SUPPRESS if suppress_defaults else f.default
