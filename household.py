@@ -85,6 +85,7 @@ SPLITS = ("train", "valid_seen", "valid_unseen")
 TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
               "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
 PRESETS = ("small", "full")
+EXPERTS = ("search", "oracle")    # see Household.search_action / oracle_action
 # Per-type task counts of the fixed eval splits, in TASK_TYPES order (see module docstring).
 EVAL_COUNTS = {"valid_seen": (35, 13, 27, 16, 25, 24), "valid_unseen": (24, 18, 31, 23, 21, 17)}
 
@@ -428,10 +429,13 @@ class Household:
     dict lookup, a small state update and (for go to/open/examine) one cached list format."""
     name = "alfworld"
 
-    def __init__(self, split: str = "train", seed: int = 0, preset: str = "small", max_steps: int = 50):
+    def __init__(self, split: str = "train", seed: int = 0, preset: str = "small", max_steps: int = 50,
+                 expert: str = "search"):
         assert split in SPLITS, f"unknown split {split!r}; choose one of {SPLITS}"
         assert preset in PRESETS, f"unknown preset {preset!r}; choose one of {PRESETS}"
+        assert expert in EXPERTS, f"unknown expert {expert!r}; choose one of {EXPERTS}"
         self.split, self.seed, self.preset, self.max_steps = split, seed, preset, max_steps
+        self.expert = expert
         self.game: Game | None = None
 
     # -- loading ---------------------------------------------------------------------------------
@@ -646,14 +650,69 @@ class Household:
         self.opened, self.where, self.flags = list(opened), list(where), list(flags)
         self._refresh()
 
-    # -- expert ----------------------------------------------------------------------------------
+    # -- experts --------------------------------------------------------------------------------
     def expert_action(self) -> str:
-        """Next command of a short plan from the *current* state (replans every call, so it recovers
-        after detours). It reads hidden state (where objects are) — use it only for behaviour
-        cloning and tests, never inside a judge. Plan: [drop a wrong object] -> go to a goal object
-        (visible/open places first) -> open -> take -> [go to appliance -> heat/cool/clean]
-        -> go to the goal receptacle (pick-two: the instance already holding the most) -> open
-        -> move; look tasks: take the object, go to the lamp, use it."""
+        """Next command of the expert this env was built with (`expert=`): "search" (default) or
+        "oracle". Both replan from the current state every call, so they recover after detours;
+        use them only for behaviour cloning and tests, never inside a judge."""
+        return self.search_action() if self.expert == "search" else self.oracle_action()
+
+    def search_action(self) -> str:
+        """An expert that only uses what the agent can see, so a policy can imitate it exactly.
+
+        Why: the oracle below walks straight to a hidden object. A policy cloned from it can only
+        learn where objects *usually* are; when the object is elsewhere it has never seen a search
+        (measured: most failures of the RL-trained default policy never picked anything up).
+        This expert is a function of the prompt the policy sees (task, current observation,
+        admissible list), with no memory beyond the current location:
+          * a needed object (goal object; for look tasks, after that, the goal lamp) visible here
+            -> take it (use the lamp);
+          * here is a closed openable receptacle that might hold it -> open it;
+          * otherwise -> go to the next *candidate* receptacle after this one in the admissible
+            list's order (alphabetical names; wraps around; from the start: the first candidate).
+        Candidates: receptacles whose type can contain the goal object, minus the goal
+        receptacle's type (a goal object never starts there); for the lamp: lamp hosts. Once the
+        object is in hand the rest is the oracle's plan (appliance, goal receptacle), which needs
+        nothing hidden: those receptacles are named in every admissible list. Plans are longer
+        than the oracle's (it may walk past the object and search on) but never exceed one lap."""
+        if self.done:
+            return "look"
+        g, held, loc = self.game, self.held, self.loc
+        look = g.task_type == "look_at_obj_in_light"
+        if held >= 0 and self.otype[held] == g.goal_obj and look:
+            lamps = [o for o in self.contents(loc) if self.otype[o] == g.goal_lamp] if loc >= 0 else []
+            if lamps:
+                return "use " + self.oname[lamps[0]]
+            return self._search_next(lambda r: self.rtype[r] in LAMP_HOSTS)
+        if held >= 0:                                    # deliver / drop: nothing hidden involved
+            return self.oracle_action()
+        t = self._target_instance() if g.task_type == "pick_two_obj_and_place" else -2
+        if loc >= 0 and loc != t:
+            visible = not self.ropen[loc] or self.opened[loc]
+            here = [o for o in self.contents(loc) if self.otype[o] == g.goal_obj]
+            if here and visible:
+                return f"take {self.oname[here[0]]} from {self.rname[loc]}"
+            if not visible and self._may_hold(loc):
+                return "open " + self.rname[loc]
+        return self._search_next(self._may_hold)
+
+    def _may_hold(self, r: int) -> bool:
+        g = self.game
+        return g.goal_obj in CAN_CONTAIN[self.rtype[r]] and self.rtype[r] != g.goal_recep
+
+    def _search_next(self, candidate) -> str:
+        """`go to` the first candidate whose name sorts after the current location's (wrapping)."""
+        order = sorted((n, r) for r, n in enumerate(self.rname) if candidate(r) and r != self.loc)
+        here = self.rname[self.loc] if self.loc >= 0 else ""
+        nxt = next((r for n, r in order if n > here), order[0][1])
+        return "go to " + self.rname[nxt]
+
+    def oracle_action(self) -> str:
+        """Next command of a short plan that reads hidden state (where objects are). Plan: [drop
+        a wrong object] -> go to a goal object (visible/open places first) -> open -> take ->
+        [go to appliance -> heat/cool/clean] -> go to the goal receptacle (pick-two: the instance
+        already holding the most) -> open -> move; look tasks: take the object, go to the lamp,
+        use it."""
         if self.done:
             return "look"
         g, held = self.game, self.held
@@ -734,11 +793,12 @@ _ALFRED_EXTRA_NAMES = ("bathtub blinds boots chair curtains footstool houseplant
 
 
 def make_alfworld(split: str = "train", seed: int = 0, preset: str = "small", backend: str = "builtin",
-                  data_dir: str | None = None, max_steps: int = 50):
+                  data_dir: str | None = None, max_steps: int = 50, expert: str = "search"):
     """ALFWorld env for envs.py. backend: "builtin" (this simulator), "real" (the alfworld engine on
     official games under data_dir/$ALFWORLD_DATA; a clear error if missing) or "auto" (real when
     the official games are there, else builtin). The chosen backend and a one-line message are on
-    `env.backend` / `env.backend_line` (the trainer prints and records them)."""
+    `env.backend` / `env.backend_line` (the trainer prints and records them). expert: the built-in
+    simulator's `expert_action` ("search" | "oracle", see Household.search_action)."""
     line = "ALFWorld: using the built-in simulator"
     if backend != "builtin":
         import alfworld_tw                                  # optional: only when asked for
@@ -747,6 +807,6 @@ def make_alfworld(split: str = "train", seed: int = 0, preset: str = "small", ba
             env = alfworld_tw.RealAlfworld(split=split, seed=seed, data_dir=data_dir, max_steps=max_steps)
             env.backend, env.backend_line = backend, line
             return env
-    env = Household(split=split, seed=seed, preset=preset, max_steps=max_steps)
+    env = Household(split=split, seed=seed, preset=preset, max_steps=max_steps, expert=expert)
     env.backend, env.backend_line = "builtin", line
     return env

@@ -5,7 +5,8 @@ Measures, and writes to results/env_speed.json:
     only; resets timed separately), presets small and full;
   * steps/s of alfworld's real TextWorld PDDL engine on the *same* games exported with
     `alfworld_tw.write_game` (load time reported separately), and the speed ratio;
-  * expert success rate and mean plan length per preset and task type (1,000 games per type);
+  * success rate and mean plan length of both built-in experts (search, the default; oracle)
+    per preset and task type (1,000 games per type);
   * success rate of a uniformly random admissible policy per preset and task type (50 steps).
 
 Run:  .venv/bin/python bench/env_speed.py [--games 1000] [--real-games 6]
@@ -88,24 +89,30 @@ def real_speed(preset, n_games):
 
 
 def expert_and_random(preset, n_games):
+    """Success and plan length of both built-in experts (search: the default, sees only what the
+    agent sees; oracle: walks to the hidden object) and of uniform random admissible commands."""
     res = {}
     for tt in H.TASK_TYPES:
-        env, rng = H.Household(preset=preset), random.Random(1)
-        won_e, plan, won_r = 0, 0, 0
+        rng = random.Random(1)
+        envs = {e: H.Household(preset=preset, expert=e) for e in H.EXPERTS}
+        won, plan, won_r = dict.fromkeys(H.EXPERTS, 0), dict.fromkeys(H.EXPERTS, 0), 0
         for i in tqdm(range(n_games), desc=f"{preset} {tt}", leave=False):
             g = H.generate_game("train", preset, 7, i, task_type=tt)
-            env.reset_game(g)
-            while not env.done:
-                env.step(env.expert_action())
-            won_e += env.won
-            plan += env.steps
+            for e, env in envs.items():
+                env.reset_game(g)
+                while not env.done:
+                    env.step(env.expert_action())
+                won[e] += env.won
+                plan[e] += env.steps
             env.reset_game(g)
             while not env.done:
                 env.step(rng.choice(env.admissible))
             won_r += env.won
-        res[tt] = {"expert_success": won_e / n_games, "expert_plan_len": plan / n_games,
+        res[tt] = {"expert_success": won["search"] / n_games, "expert_plan_len": plan["search"] / n_games,
+                   "oracle_success": won["oracle"] / n_games, "oracle_plan_len": plan["oracle"] / n_games,
                    "random_success": won_r / n_games}
-    res["mean_expert_plan_len"] = sum(v["expert_plan_len"] for v in res.values()) / len(H.TASK_TYPES)
+    for k in ("expert", "oracle"):
+        res[f"mean_{k}_plan_len"] = sum(res[tt][f"{k}_plan_len"] for tt in H.TASK_TYPES) / len(H.TASK_TYPES)
     return res
 
 
@@ -132,9 +139,10 @@ def main():
         out["policies"][preset] = p = expert_and_random(preset, args.games)
         for tt in H.TASK_TYPES:
             v = p[tt]
-            print(f"[{preset}] {tt:32s} expert {v['expert_success']:.3f} plan {v['expert_plan_len']:.2f}  "
-                  f"random {v['random_success']:.3f}")
-        print(f"[{preset}] mean expert plan length {p['mean_expert_plan_len']:.2f}")
+            print(f"[{preset}] {tt:32s} search expert {v['expert_success']:.3f} plan {v['expert_plan_len']:.2f}  "
+                  f"oracle {v['oracle_success']:.3f} plan {v['oracle_plan_len']:.2f}  random {v['random_success']:.3f}")
+        print(f"[{preset}] mean plan length: search expert {p['mean_expert_plan_len']:.2f}, "
+              f"oracle {p['mean_oracle_plan_len']:.2f}")
     os.makedirs(os.path.join(ROOT, "results"), exist_ok=True)
     path = os.path.join(ROOT, "results", "env_speed.json")
     with open(path, "w") as f:
