@@ -11,7 +11,8 @@ games as `game.tw-pddl` files (see `alfworld_tw.py`) and plays them on the real 
     env = make_alfworld("train", seed=0, preset="small")
     obs, info = env.reset(task=3)          # info: task, task_type, admissible, won, score
     obs, r, done, info = env.step("go to fridge 1")
-    env.expert_action()                    # next action of a replanning expert (BC / tests only)
+    env.expert_action()                    # next action of a replanning expert (BC / tests only):
+                                           # "search" (default; sees what the agent sees) or "oracle"
 
 Rules (facts from reference/alfworld.md, the real `alfred.pddl`/`alfred.twl2` as ground truth)
 -------------------------------------------------------------------------------------------------
@@ -45,7 +46,8 @@ A game is a pure function of (split, preset, seed, task index): `generate_game` 
 `random.Random` from that key. Room types and their task restrictions follow ALFWorld
 (look: bedroom/livingroom; heat, cool: kitchen; clean: kitchen/bathroom; pick, pick-two: all).
 * `small`: 4-7 receptacles, 1-2 instances of the goal object (2-3 for pick-two), 1-3 distractor
-  objects. The CPU default: short expert plans (mean 3.8-8.5 steps per type) a tiny policy can learn.
+  objects. The CPU default: short expert plans (searching expert: mean 5.4-10.1 steps per type;
+  oracle 3.9-8.5) a tiny policy can learn.
 * `full`: ALFWorld-like rooms (kitchens with 4 stoveburners, 3-10 cabinets, up to 9 drawers, ...;
   ~12-35 receptacles) and 8-25 distractor objects.
 * Splits (fixed counts as in ALFWorld: train unbounded, valid_seen 140, valid_unseen 134):
