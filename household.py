@@ -705,6 +705,8 @@ class Household:
     def _search_next(self, candidate) -> str:
         """`go to` the first candidate whose name sorts after the current location's (wrapping)."""
         order = sorted((n, r) for r, n in enumerate(self.rname) if candidate(r) and r != self.loc)
+        if not order:       # the only candidate is here and holds nothing (a detour moved it away)
+            return "look"
         here = self.rname[self.loc] if self.loc >= 0 else ""
         nxt = next((r for n, r in order if n > here), order[0][1])
         return "go to " + self.rname[nxt]

@@ -280,6 +280,31 @@ def test_search_expert_order():
             assert env.expert_action() == (cands[1] if len(cands) > 1 else cands[0]), task
 
 
+def test_search_expert_with_nothing_left_to_search():
+    """One candidate receptacle, the agent in it, the goal objects moved elsewhere (as a detour can
+    do): the searching expert answers an admissible command instead of failing."""
+    env, checked = H.Household(expert="search"), 0
+    for task in range(400):
+        env.reset(task)
+        cands = [r for r in range(len(env.rname)) if env._may_hold(r)]
+        goal_recs = [r for r in range(len(env.rname)) if env.rtype[r] == env.game.goal_recep]
+        if len(cands) != 1 or not goal_recs or env.game.task_type == "pick_two_obj_and_place":
+            continue
+        env.step("go to " + env.rname[cands[0]])
+        if env.ropen[cands[0]]:
+            env.step("open " + env.rname[cands[0]])
+        for o, t in enumerate(env.otype):
+            if t == env.game.goal_obj:
+                env.where[o] = goal_recs[0]
+        env._refresh()
+        if env.done:
+            continue
+        a = env.expert_action()
+        assert a in env.admissible, (env.game.key, a)
+        checked += 1
+    assert checked > 10, checked
+
+
 def test_unknown_expert_is_an_error():
     with pytest.raises(AssertionError, match="unknown expert 'psychic'"):
         H.Household(expert="psychic")
