@@ -104,6 +104,7 @@ def expert_and_random(preset, n_games):
                     env.step(env.expert_action())
                 won[e] += env.won
                 plan[e] += env.steps
+            env = envs["search"]                          # the random policy ignores the expert
             env.reset_game(g)
             while not env.done:
                 env.step(rng.choice(env.admissible))
