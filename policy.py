@@ -336,8 +336,8 @@ def success_check(spec, env_kwargs: dict, model, tok, bc: BCConfig, seed: int, h
     10,000,000+ and RL draws below 1,000,000; finite training splits are spread over instead)."""
     from grpo import _all_reduce
     from rollout import Agent, rollout_groups, spread_tasks
-    n = bc.check_episodes
-    tasks = spread_tasks(spec.num_tasks(spec.splits[0]), n, first=20_000_000)
+    tasks = spread_tasks(spec.num_tasks(spec.splits[0]), bc.check_episodes, first=20_000_000)
+    n = len(tasks)                                # a finite training split may hold fewer tasks
     rank, world = dist_rank_world()
     mine = list(range(rank, n, world))            # data parallel: each rank plays every world-th task
     envs = [spec.make(split=spec.splits[0], seed=seed, **env_kwargs) for _ in mine]

@@ -187,9 +187,13 @@ def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temper
 def spread_tasks(num_tasks: int, n: int, first: int = 0) -> list[int]:
     """`n` task indices for an evaluation-style pass. A finite split (`num_tasks` > 0) is ordered by
     task type, so the indices are spread evenly over it and every type is represented in proportion
-    (n ≤ num_tasks keeps them distinct); a generated split (`num_tasks` = 0) takes n consecutive
-    indices from `first`. Used by train.evaluate, the warm start's success check and bench/diagnose."""
-    return [i * num_tasks // n for i in range(n)] if num_tasks else [first + i for i in range(n)]
+    (at most `num_tasks` of them, so they stay distinct); a generated split (`num_tasks` = 0) takes n
+    consecutive indices from `first`. Used by train.evaluate, the warm start's success check and
+    bench/diagnose; callers size their passes by the length of the list it returns."""
+    if num_tasks:
+        n = min(n, num_tasks)
+        return [i * num_tasks // n for i in range(n)]
+    return [first + i for i in range(n)]
 
 
 def make_trajectories(turns: list[list[Turn]], finals: list[AgentState], group_id: int, task: int,

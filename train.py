@@ -508,9 +508,8 @@ def evaluate(agent, spec, env_kw, split: str, n: int, temperature: float, seed: 
     task and rank 0 merges them; episode seeds come from the task's global position, so the
     result does not depend on the number of workers. Every rank must call it."""
     from rollout import rollout_groups, spread_tasks
-    nt = spec.num_tasks(split)
-    n = min(n, nt) if nt else n
-    tasks = spread_tasks(nt, n)         # every task type in proportion even when n < the split
+    tasks = spread_tasks(spec.num_tasks(split), n)   # every task type in proportion even when n < the split
+    n = len(tasks)
     mine = list(range(rank, n, world))
     while len(eval_envs) < len(mine):
         eval_envs.append(spec.make(split=split, seed=seed, **env_kw))

@@ -82,9 +82,8 @@ def main(argv=None) -> int:
     model, tok = policy.load_hf(model_dir)
     agent = Agent(policy.HFGenerator(model, tok), tok, spec, compact=not (cfg.chat_prompt or cfg.model),
                   history_len=cfg.history_len, max_new_tokens=cfg.max_new_tokens, reward=cfg.reward)
-    nt = spec.num_tasks(split)
-    n = min(a.episodes, nt) if nt else a.episodes
-    tasks = spread_tasks(nt, n)
+    tasks = spread_tasks(spec.num_tasks(split), a.episodes)
+    n = len(tasks)
     envs = [spec.make(split=split, seed=cfg.seed, **env_kw) for _ in range(n)]
     res = {"run": a.run, "model": model_dir, "env": cfg.env, "split": split, "by_temperature": {}}
     md = [f"# Failure modes: {os.path.basename(os.path.normpath(a.run))}", "",

@@ -12,7 +12,7 @@ import torch
 import envs
 import grpo
 import policy
-from rollout import Agent, AgentState, rollout_groups, run_episodes, start_state
+from rollout import Agent, AgentState, rollout_groups, run_episodes, spread_tasks, start_state
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -62,6 +62,14 @@ def test_sampling_logprobs_equal_teacher_forced(tiny_alfworld):
     a = gen.generate(prompts, 16, 1.0, seed=5)
     b = gen.generate(prompts, 16, 1.0, seed=5)
     assert [s.ids for s in a] == [s.ids for s in b]
+
+
+def test_spread_tasks_covers_a_finite_split_without_repeats():
+    # 140 tasks ordered by type (7 types x 20): 14 evaluation episodes take one task in every ten,
+    # so each type gets two; asking for more episodes than the split holds plays each task once.
+    assert spread_tasks(140, 14) == list(range(0, 140, 10))
+    assert spread_tasks(5, 12) == [0, 1, 2, 3, 4]
+    assert spread_tasks(0, 3, first=20_000_000) == [20_000_000, 20_000_001, 20_000_002]
 
 
 def test_generation_stops_at_eos(tiny_alfworld):
