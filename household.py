@@ -676,7 +676,10 @@ class Household:
         receptacle's type (a goal object never starts there); for the lamp: lamp hosts. Once the
         object is in hand the rest is the oracle's plan (appliance, goal receptacle), which needs
         nothing hidden: those receptacles are named in every admissible list. Plans are longer
-        than the oracle's (it may walk past the object and search on) but never exceed one lap."""
+        than the oracle's (it may walk past the object and search on): one search is at most a
+        lap of the candidates, pick-two needs two searches, and a search after a detour starts
+        from wherever the detour ended (bench/env_speed.py: on `full`, 2 pick-two games in 1,000
+        need more than 50 steps)."""
         if self.done:
             return "look"
         g, held, loc = self.game, self.held, self.loc
