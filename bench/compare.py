@@ -6,8 +6,10 @@
 
 Each (env, method, seed) is one `train.py` run in `results/runs/<env>-<method>-s<seed>` with the
 same number of updates, all starting from one warm-started policy (`--bc-seed 0`): seeds vary the
-RL (tasks, sampling), methods differ only in credit assignment. Finished runs are skipped and interrupted ones resumed (`--resume`), so the
-command can be re-run until done. `--jobs N` runs N trainings side by side (one CPU thread each).
+RL (tasks, sampling), methods differ only in credit assignment. That warm start is built first, once
+per env, by a `train.py --iters 0` run with the default workers (`runs/<env>-warmstart`); then
+`--jobs N` trainings run side by side (one CPU thread each) and load it from the cache. Finished
+runs are skipped and interrupted ones resumed (`--resume`), so the command can be re-run until done.
 
 Writes:
   results/compare.csv      one row per run: final held-out success/score, cost per update, wall time
@@ -68,6 +70,23 @@ def launch(job, args) -> tuple:
     with open(os.path.join(d, "wall.json"), "a") as f:
         f.write(json.dumps({"seconds": time.time() - t0, "rc": rc}) + "\n")
     return job, rc, f"rc={rc} in {time.time() - t0:.0f}s"
+
+
+def warm_start(env: str, args) -> str:
+    """Build (or find cached) the env's shared warm start: train.py with no updates, the same
+    warm-start flags as every run (`--bc-seed 0` and the extra flags, which may change its cache
+    key) and the default workers. Its log: runs/<env>-warmstart/stdout.log."""
+    d = os.path.join(args.out, "runs", f"{env}-warmstart")
+    os.makedirs(d, exist_ok=True)
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--env", env, "--iters", "0", "--bc-seed", "0",
+           "--eval-episodes", str(args.eval_episodes), "--out", d, *args.extra]
+    t0 = time.time()
+    with open(os.path.join(d, "stdout.log"), "a") as log:
+        rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1"))
+    if rc != 0:
+        raise SystemExit(f"compare: the {env} warm start failed (rc={rc}); see {d}/stdout.log")
+    return f"{env} warm start ready in {time.time() - t0:.0f}s"
 
 
 def summarize_run(d: str) -> dict | None:
@@ -210,17 +229,16 @@ def main():
     jobs = [(e, m, s) for e in args.envs for s in args.seeds for m in args.methods]
     if not args.report_only:
         from tqdm import tqdm
-        # the warm start is cached per env (--bc-seed 0): build it once per env before the rest run in parallel
-        firsts = {}
-        for j in jobs:
-            firsts.setdefault(j[0], j)
+        # the warm start is cached per env (--bc-seed 0): build it once per env first (`--iters 0`,
+        # data parallel over the cores), so that every training can then run side by side
+        for env in dict.fromkeys(e for e, _, _ in jobs):
+            if any(not finished(run_dir(args.out, env, m, s), args.iters) for e, m, s in jobs if e == env):
+                print(warm_start(env, args), flush=True)
         bar = tqdm(total=len(jobs), desc="compare runs")
-        rest = [j for j in jobs if j not in firsts.values()]
-        for batch in (list(firsts.values()), rest):  # distinct cache keys can run side by side
-            with ThreadPoolExecutor(args.jobs) as ex:
-                for j, rc, msg in ex.map(lambda j: launch(j, args), batch):
-                    bar.update(1)
-                    bar.write(f"{j}: {msg}")
+        with ThreadPoolExecutor(args.jobs) as ex:
+            for j, rc, msg in ex.map(lambda j: launch(j, args), jobs):
+                bar.update(1)
+                bar.write(f"{j}: {msg}")
         bar.close()
     print(report(args, jobs))
 

@@ -336,3 +336,27 @@ def test_learning_bench_summary_names_nondefault_flags(tmp_path):
     md = open(learning.write("alfworld", s, str(tmp_path / "out"))).read()
     assert md.startswith("# Held-out success (score) of `train.py --env alfworld --tiny-hidden 128` (not the default)")
     assert (tmp_path / "out" / "learning_alfworld.png").stat().st_size > 1000
+
+
+def test_compare_bench_builds_one_warm_start_then_runs_side_by_side(tmp_path):
+    """bench/compare.py: the shared warm start is built once (runs/<env>-warmstart, --iters 0),
+    every method's run then loads it from the cache, and the table names each method; a re-run
+    skips the finished runs."""
+    out, cache = tmp_path / "res", tmp_path / "cache"
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "compare.py"), "--envs", "alfworld", "--methods", "grpo",
+           "prover", "--seeds", "0", "--iters", "1", "--eval-every", "1", "--eval-episodes", "4", "--out", str(out),
+           "--", *TINY, "--bc-target", "0", "--cache-dir", str(cache)]
+    env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "alfworld warm start ready" in r.stdout
+    assert "behaviour cloning" in (out / "runs" / "alfworld-warmstart" / "stdout.log").read_text()
+    for m in ("grpo", "prover"):
+        log = (out / "runs" / f"alfworld-{m}-s0" / "stdout.log").read_text()
+        assert "cached warm start" in log and "behaviour cloning" not in log
+        assert metrics(out / "runs" / f"alfworld-{m}-s0")[-1]["step"] == 1
+    table = (out / "compare.md").read_text()
+    assert "| grpo |" in table and "| prover |" in table
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0 and again.stdout.count("warm start ready") == 0
+    assert (again.stdout + again.stderr).count("skipped (done)") == 2
