@@ -360,3 +360,25 @@ def test_compare_bench_builds_one_warm_start_then_runs_side_by_side(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0 and again.stdout.count("warm start ready") == 0
     assert (again.stdout + again.stderr).count("skipped (done)") == 2
+
+
+def test_gpu_step_bench_runs_our_update_on_cpu(tmp_path):
+    """bench/gpu_step.py (made for a GPU) in its CPU smoke form: every variant takes a finite
+    step through grpo.update, the FLOP count is positive, and the saved folder loads as a policy."""
+    out = tmp_path / "g.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_step.py"), "--device", "cpu", "--hidden", "64",
+                        "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--intermediate", "128",
+                        "--vocab", "700", "--rows", "4", "--prompt", "24", "--action", "6", "--steps", "1",
+                        "--gen-rows", "3", "--gen-new", "5", "--out", str(out), "--save-model", str(tmp_path / "m")],
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.load(open(out))
+    assert [u["variant"] for u in res["update"]] == ["full", "full+ckpt", "lora16"]
+    assert all(u["finite"] and u["grad_norm"] > 0 and u["tflops"] > 0 for u in res["update"])
+    full, lora = res["update"][0], res["update"][2]
+    assert full["trainable"] == full["params"] and lora["trainable"] < full["params"] / 3   # LoRA: adapters only
+    assert res["generate"]["new_tokens"] == 3 * 5
+    sys.path.insert(0, ROOT)
+    import policy
+    model, tok = policy.load_hf(str(tmp_path / "m"))
+    assert model.config.vocab_size == len(tok) and model.config.num_hidden_layers == 2
