@@ -181,38 +181,41 @@ class HFGenerator:
         was_training = self.model.training
         self.model.eval()
         B, L = len(prompts), max(len(p) for p in prompts)
-        gens = [torch.Generator().manual_seed(int(s)) for s in row_seeds]
+        dev = next(self.model.parameters()).device
+        # one stream per row on the model's device: sampling where the logits are (on a GPU, moving
+        # (B, V) logits to the CPU and drawing B·V uniforms there every token cost ~170 ms a token
+        # for a 152k vocabulary, measured on an H200: 369 tokens/s for 64 rows of a 0.6B model)
+        gens = [torch.Generator(device=dev).manual_seed(int(s)) for s in row_seeds]
         ids = torch.full((B, L), self.pad, dtype=torch.long)                 # (B, L) left-padded
         mask = torch.zeros((B, L), dtype=torch.long)
         for b, p in enumerate(prompts):
             ids[b, L - len(p):], mask[b, L - len(p):] = torch.tensor(p), 1
-        dev = next(self.model.parameters()).device
         ids, mask = ids.to(dev), mask.to(dev)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)                             # (B, L)
         res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
         past, logits = res.past_key_values, res.logits[:, -1]                # (B, V)
         gen = torch.full((B, max_new), self.pad, dtype=torch.long)           # (B, N)
         lps = torch.zeros((B, max_new))
-        done = torch.zeros(B, dtype=torch.bool)
-        stop = self.stop
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        stop = self.stop.to(dev)
         n = 0
         for n in range(1, max_new + 1):
             if temperature > 0:
-                logp = F.log_softmax(logits.float().cpu() / temperature, -1)  # (B, V)
+                logp = F.log_softmax(logits.float() / temperature, -1)        # (B, V)
                 # Gumbel-max with each row's own stream ≡ a categorical sample from softmax(logp)
-                u = torch.stack([torch.rand(logp.shape[-1], generator=g) for g in gens])  # (B, V)
+                u = torch.stack([torch.rand(logp.shape[-1], generator=g, device=dev) for g in gens])  # (B, V)
                 tok = (logp - torch.log(-torch.log(u.clamp(1e-20, 1.0)))).argmax(-1)      # (B,)
             else:
-                logp = F.log_softmax(logits.float().cpu(), -1)
+                logp = F.log_softmax(logits.float(), -1)
                 tok = logp.argmax(-1)
             tok = torch.where(done, torch.full_like(tok, self.pad), tok)
-            gen[:, n - 1], lps[:, n - 1] = tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+            gen[:, n - 1], lps[:, n - 1] = tok.cpu(), logp.gather(-1, tok[:, None]).squeeze(-1).cpu()
             done |= torch.isin(tok, stop)
             if bool(done.all()) or n == max_new:
                 break
             mask = torch.cat([mask, torch.ones((B, 1), dtype=torch.long, device=dev)], -1)  # (B, L+n)
             pos = pos[:, -1:] + 1
-            res = self.model(input_ids=tok[:, None].to(dev), attention_mask=mask, position_ids=pos,
+            res = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos,
                              past_key_values=past, use_cache=True)
             past, logits = res.past_key_values, res.logits[:, -1]
         self.model.train(was_training)
