@@ -258,10 +258,11 @@ def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=Non
     this the same number of times (one per mini-batch), also with no rows of its own."""
     dev = next(model.parameters()).device
     kept = rows if cfg.kl_coef != 0 else [r for r in rows if r.adv != 0.0]      # deviation 3
-    # token counts summed over ranks in one call: the token-mean denominator is every action
-    # token of the batch (deviation 3); n_trained only those of the rows kept
-    counts = _all_reduce(torch.tensor([float(sum(len(r.action_ids) for r in rs)) for rs in (rows, kept)], device=dev))
-    n_tok, n_trained = int(counts[0].item()), int(counts[1].item())
+    # counts summed over ranks in one call: the token-mean denominator is every action token of
+    # the batch (deviation 3); n_trained only those of the rows kept; n_rows the rows kept
+    counts = _all_reduce(torch.tensor([float(sum(len(r.action_ids) for r in rs)) for rs in (rows, kept)]
+                                      + [float(len(kept))], device=dev))
+    n_tok, n_trained, n_rows = int(counts[0].item()), int(counts[1].item()), int(counts[2].item())
     rows = sorted(kept, key=lambda r: len(r.prompt_ids) + len(r.action_ids))
     if n_trained == 0:      # no token carries a gradient anywhere: no step (Adam would still move)
         return {"loss/pg": 0.0, "train/rows": 0, "n_trained": 0, "train/skipped_nonfinite": 0,
@@ -294,6 +295,6 @@ def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=Non
         opt.zero_grad(set_to_none=True)                              # deviation 4
     else:
         opt.step()
-    return {"loss/pg": total, "train/rows": len(rows), "n_trained": n_trained,
+    return {"loss/pg": total, "train/rows": n_rows, "n_trained": n_trained,
             "train/skipped_nonfinite": int(skipped), "train/grad_norm": float(gn), "stepped": int(not skipped),
             "clipfrac": agg[1].item(), "kl": agg[2].item(), "ratio": agg[3].item()}

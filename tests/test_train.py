@@ -226,7 +226,7 @@ def test_two_workers_equal_single_process(tmp_path, cache):
     assert a["train/inadmissible"] == b["train/inadmissible"] and a["train/invalid_format"] == b["train/invalid_format"]
     # two mini-batches: each rank trains its share of the same turns in each step (rank-invariant split)
     assert a["train/steps"] == b["train/steps"] == 2 and a["train/clipfrac"] == pytest.approx(b["train/clipfrac"])
-    assert a["train/rows"] > 0 and a["train/tokens_trained"] == b["train/tokens_trained"]
+    assert a["train/rows"] == b["train/rows"] > 0 and a["train/tokens_trained"] == b["train/tokens_trained"]
     warm = [load_file(os.path.join(json.load(open(d / "config.json"))["model_dir"], "model.safetensors")) for d in (single, multi)]
     assert "cache1" in json.load(open(single / "config.json"))["model_dir"] and "cache2" in json.load(open(multi / "config.json"))["model_dir"]
     for k in warm[0]:
