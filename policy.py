@@ -365,6 +365,12 @@ def template_texts(spec) -> list[str]:
     return [f(w, 2) for f in (spec.compact_prompt, spec.chat_prompt) for w in (v, v0)]
 
 
+def env_tokenizer(spec):
+    """The tiny policy's tokenizer for an env: its vocabulary, its prompt templates' words and its
+    atomic strings (e.g. product ids) kept whole."""
+    return build_tokenizer(spec.vocabulary() + template_texts(spec), spec.atomic())
+
+
 def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: int, cache_dir: str,
                 history_len: int, log=print):
     """Build (or load from cache) the warm-started tiny policy; returns (model, tok, folder)."""
@@ -389,7 +395,7 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
     t0 = time.time()
     log(f"tiny policy: building tokenizer + Qwen3 model and behaviour cloning ({bc.episodes} noisy expert "
         f"episodes, {bc.steps} steps); cached at {folder}")
-    tok = build_tokenizer(spec.vocabulary() + template_texts(spec), spec.atomic())
+    tok = env_tokenizer(spec)
     model = build_tiny_model(len(tok), tiny, seed)
     from rollout import Agent
     fmt = Agent(gen=None, tok=tok, spec=spec, compact=True, history_len=history_len)

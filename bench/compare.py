@@ -52,24 +52,31 @@ def finished(d: str, iters: int) -> bool:
     return os.path.exists(p) and json.load(open(p))["step"] >= iters
 
 
+def run_train(d: str, flags: list[str], **env_vars) -> tuple[int, float]:
+    """`train.py <flags> --out d`, its output appended to d/stdout.log; returns (rc, seconds)."""
+    os.makedirs(d, exist_ok=True)
+    t0 = time.time()
+    with open(os.path.join(d, "stdout.log"), "a") as log:
+        rc = subprocess.call([sys.executable, os.path.join(ROOT, "train.py"), *flags, "--out", d], cwd=ROOT,
+                             stdout=log, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", **env_vars))
+    return rc, time.time() - t0
+
+
 def launch(job, args) -> tuple:
     env, method, seed = job
     d = run_dir(args.out, env, method, seed)
     if finished(d, args.iters):
         return job, 0, "skipped (done)"
-    cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--env", env, *METHOD_ARGS[method], "--seed", str(seed),
-           "--iters", str(args.iters), "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
-           "--out", d, "--threads", "1", "--workers", "1", "--bc-seed", "0", *args.extra]  # one warm start shared by all seeds
+    flags = ["--env", env, *METHOD_ARGS[method], "--seed", str(seed), "--iters", str(args.iters),
+             "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
+             "--threads", "1", "--workers", "1", "--bc-seed", "0", *args.extra]  # one warm start shared by all seeds
     if os.path.exists(os.path.join(d, "checkpoint", "state.json")):
-        cmd.append("--resume")
-    os.makedirs(d, exist_ok=True)
-    t0 = time.time()
-    with open(os.path.join(d, "stdout.log"), "a") as log:
-        rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                             env=dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", OMP_NUM_THREADS="1"))
+        flags.append("--resume")
+    rc, secs = run_train(d, flags, OMP_NUM_THREADS="1")
     with open(os.path.join(d, "wall.json"), "a") as f:
-        f.write(json.dumps({"seconds": time.time() - t0, "rc": rc}) + "\n")
-    return job, rc, f"rc={rc} in {time.time() - t0:.0f}s"
+        f.write(json.dumps({"seconds": secs, "rc": rc}) + "\n")
+    return job, rc, f"rc={rc} in {secs:.0f}s"
 
 
 def warm_start(env: str, args) -> str:
@@ -77,16 +84,11 @@ def warm_start(env: str, args) -> str:
     warm-start flags as every run (`--bc-seed 0` and the extra flags, which may change its cache
     key) and the default workers. Its log: runs/<env>-warmstart/stdout.log."""
     d = os.path.join(args.out, "runs", f"{env}-warmstart")
-    os.makedirs(d, exist_ok=True)
-    cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--env", env, "--iters", "0", "--bc-seed", "0",
-           "--eval-episodes", str(args.eval_episodes), "--out", d, *args.extra]
-    t0 = time.time()
-    with open(os.path.join(d, "stdout.log"), "a") as log:
-        rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                             env=dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1"))
+    rc, secs = run_train(d, ["--env", env, "--iters", "0", "--bc-seed", "0",
+                             "--eval-episodes", str(args.eval_episodes), *args.extra])
     if rc != 0:
         raise SystemExit(f"compare: the {env} warm start failed (rc={rc}); see {d}/stdout.log")
-    return f"{env} warm start ready in {time.time() - t0:.0f}s"
+    return f"{env} warm start ready in {secs:.0f}s"
 
 
 def summarize_run(d: str) -> dict | None:

@@ -152,8 +152,7 @@ def save_model(a, path: str) -> None:
     model and the tiny policy's word-level tokenizer for ALFWorld, resized to the vocabulary."""
     import envs
     import policy
-    spec = envs.get_spec("alfworld")
-    tok = policy.build_tokenizer(spec.vocabulary() + policy.template_texts(spec), spec.atomic())
+    tok = policy.env_tokenizer(envs.get_spec("alfworld"))
     b = argparse.Namespace(**{**vars(a), "vocab": len(tok)})
     model = build(b, "cpu")
     model.save_pretrained(path)

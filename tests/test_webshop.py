@@ -214,9 +214,9 @@ def test_tiny_tokenizer_keeps_product_ids_whole():
     """Built-in catalogue ids come from a fixed pool that SPEC.atomic hands to the tiny tokenizer
     (as the page shows them and as the admissible actions list them): the expert's click is an
     admissible action verbatim, and its id is one token, the same token the actions line shows."""
-    from policy import build_tokenizer, template_texts
+    from policy import env_tokenizer
     spec = envs.get_spec("webshop")
-    tok = build_tokenizer(spec.vocabulary() + template_texts(spec), spec.atomic())
+    tok = env_tokenizer(spec)
     env = spec.make(split="test", seed=0)
     env.reset(0)
     _, _, _, info = env.step(env.expert_action())        # results page
