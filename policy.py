@@ -234,6 +234,13 @@ class HFGenerator:
 class BCConfig:
     episodes: int = 400           # noisy expert episodes to collect
     epsilon: float = 0.3          # chance of a random admissible action instead of the expert's
+    # Chance of a *slip*: an action that was admissible earlier in the episode but is not now (e.g.
+    # `go to` the place the agent already stands at), which the env answers with "Nothing happens.".
+    # Why: demos made only of admissible actions never show a failed action in the prompt's
+    # history, so a cloned policy that emits one is off its training distribution and tends to
+    # repeat it (bench/diagnose.py: ~2/3 of the default policy's held-out turns were such repeats).
+    # The target after a slip is the expert's next action from the unchanged state: recovery.
+    slip: float = 0.0
     steps: int = 400              # optimizer steps at most (few on purpose: the policy should start imperfect)
     batch: int = 64
     lr: float = 2e-3
@@ -263,12 +270,18 @@ def collect_demos(spec, env_kwargs: dict, agent_fmt, bc: BCConfig, seed: int):
     for ep in tqdm(range(bc.episodes), desc="warm start: expert demos", leave=False, mininterval=1):
         obs, info = env.reset(10_000_000 + ep)  # far from RL's training task indices
         s = AgentState(None, obs, info, (), 0)
+        seen: set[str] = set()            # actions admissible at some earlier step of this episode
         for _ in range(env.max_steps):
             a_star = env.expert_action()
             tgt = agent_fmt.tok(spec.response(a_star) + eos, add_special_tokens=False)["input_ids"]
             data.append((agent_fmt.prompt_ids(s), tgt))
             a = a_star
-            if rng.random() < bc.epsilon:   # a detour: the env's own notion of one, else an admissible action
+            adm_now = set(s.info.get("admissible") or [])
+            slips = sorted(seen - adm_now)
+            seen |= adm_now - {"help", "look", "inventory"}
+            if bc.slip > 0 and slips and rng.random() < bc.slip:
+                a = rng.choice(slips)
+            elif rng.random() < bc.epsilon:   # a detour: the env's own notion of one, else an admissible action
                 if hasattr(env, "random_action"):
                     a = env.random_action(rng)
                 else:
@@ -377,6 +390,8 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
     from transformers import AutoModelForCausalLM, AutoTokenizer
     bc_key = asdict(bc) if bc.target > 0 else {k: v for k, v in asdict(bc).items()
                                                  if k not in ("target", "check_from", "check_every", "check_episodes", "check_temperature")}
+    if not bc.slip:          # added later: keys of warm starts without slips stay what they were
+        bc_key.pop("slip")
     key = json.dumps({"env": spec.name, "env_kwargs": env_kwargs, "tiny": asdict(tiny), "bc": bc_key,
                       "seed": seed, "history_len": history_len, "v": BC_VERSION,
                       # the env's text: a changed vocabulary (e.g. new product ids) is a new key

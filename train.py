@@ -163,6 +163,8 @@ class Config:
     """seed of the warm start (-1 = --seed); fix it to compare RL seeds from one warm-started policy"""
     bc_epsilon: float = 0.3
     """behaviour cloning: chance of a random admissible action in the demos"""
+    bc_slip: float = 0.0
+    """behaviour cloning: chance of a slip in the demos — an action admissible earlier in the episode but not now ("Nothing happens."), followed by the expert's recovery (0 = demos hold admissible actions only)"""
     bc_expert: str = "search"
     """ALFWorld demos' expert: search (uses only what the prompt shows: takes the object if it is here, else opens this receptacle or goes to the next one in the admissible list that could hold it) | oracle (walks straight to where the hidden object is)"""
     cache_dir: str = "~/.cache/prover"
@@ -307,7 +309,7 @@ def model_setup(cfg: Config, spec, env_kw, log):
         return model, tok, cfg.model
     tiny = policy.TinyConfig(hidden=cfg.tiny_hidden, layers=cfg.tiny_layers, heads=max(2, cfg.tiny_hidden // 32),
                              kv_heads=max(1, cfg.tiny_hidden // 64), intermediate=3 * cfg.tiny_hidden)
-    bc = policy.BCConfig(episodes=cfg.bc_episodes, steps=cfg.bc_steps, epsilon=cfg.bc_epsilon,
+    bc = policy.BCConfig(episodes=cfg.bc_episodes, steps=cfg.bc_steps, epsilon=cfg.bc_epsilon, slip=cfg.bc_slip,
                          target=cfg.bc_target, check_temperature=cfg.eval_temperature)
     bc_seed = cfg.seed if cfg.bc_seed < 0 else cfg.bc_seed
     # the RL step limit does not change the expert's demonstrations: keep it out of the cache key

@@ -319,6 +319,32 @@ def test_alfworld_chat_prompt_follows_verl_agent_template():
             "You are now at step 4 and your current observation is: You arrive at fridge 1.") in p
 
 
+def test_demo_slips_are_inadmissible_and_followed_by_recovery():
+    """--bc-slip: a slip is an action admissible earlier in the episode but not now; the env
+    answers "Nothing happens.", and the next demo's target is the expert's action from the
+    unchanged state. Off (0), no demo prompt ever shows a failed action."""
+    spec = envs.get_spec("alfworld")
+    tok = policy.env_tokenizer(spec)
+    fmt = Agent(gen=None, tok=tok, spec=spec, compact=True, history_len=2)
+    kw = {"preset": "small", "backend": "builtin", "expert": "search"}
+
+    def demos(slip):
+        data = policy.collect_demos(spec, kw, fmt, policy.BCConfig(episodes=12, slip=slip), seed=3)
+        return [(tok.decode(p), tok.decode(t)) for p, t in data]
+
+    assert not any("Nothing happens." in p for p, _ in demos(0.0))
+    slipped = demos(0.2)
+    # the prompts right after a slip: the last history step is the failed action
+    after = [(p, t) for p, t in slipped if p.split("\nactions: ")[0].endswith("obs: Nothing happens.")]
+    assert 10 < len(after) < len(slipped) / 2
+    for p, t in after:
+        adm = p.split("actions: ")[1].split("<|im_end|>")[0].split(" | ")
+        act = t.split("<action>")[1].split("</action>")[0]
+        assert act in adm or act == "look"          # the target is the expert's admissible recovery
+        failed = p.split("\nact: ")[-1].split("\n")[0]
+        assert failed != act and failed not in adm  # the slip was not admissible there
+
+
 def test_warm_start_stops_at_target_success(tmp_path):
     """BC's early stop: checks run from `check_from` every `check_every` steps and the first one
     at or above the target ends BC there; an unreachable target runs every step. With the target
