@@ -10,7 +10,16 @@ Group advantage of trajectory i in a group of G rollouts of one task (outcome R_
     A_i = R_i − mean_g R          (default; the ProVer paper's A^GRPO, "Dr. GRPO")
     A_i = (R_i − mean_g R) / (std_g R + ε)     with --norm-std (std unbiased, as torch.std)
 
-and every action token of every turn of trajectory i gets A_i ("per-token broadcast"). One update
+and every action token of every turn of trajectory i gets A_i ("per-token broadcast").
+
+Aggregation (`--loss-agg`): token-mean (above, the default) weighs every action token alike, so a
+trajectory weighs in proportion to its length. traj-mean weighs every *trajectory* alike: token
+(b, t) of trajectory i gets weight 1/|M_i| (its own action-token count) and the sum is divided by
+the number of trajectories — the mean over trajectories of each one's token mean (verl's
+"seq-mean-token-mean" with the whole multi-turn trajectory as the sequence). Why one would: in
+ALFWorld a failure usually runs to the 50-step limit and a success ends early, so under token-mean
+the failures' (negative) tokens outweigh the successes' (positive) ones by their length ratio
+(~2.5× here) although the group advantages sum to zero per group. One update
 is one pass over the rollout batch in S mini-batches (`--minibatches`, as verl's
 ppo_mini_batch_size): S optimizer steps, each minimising L over its ~1/S of the turn-rows; the first
 is on-policy (ρ = 1), later ones are off-policy by up to S−1 steps, which the clip bounds. Methods
@@ -109,11 +118,13 @@ class Row:
     logprobs: list[float]        # behaviour-policy log-probs of action_ids
     adv: float                   # the per-turn scalar, broadcast over the action tokens
     minibatch: int = 0           # which optimizer step of the update trains it (`minibatch_of`)
+    weight: float = 1.0          # per-token loss weight (traj-mean: 1 / its trajectory's action tokens)
 
 
 def collate(rows: list[Row], pad_id: int):
     """Right-padded batch. Position j of the *targets* (ids shifted by one) is trained iff it is
-    an action token. Returns ids (B, T), attn (B, T), mask (B, T-1), old (B, T-1), adv (B, T-1)."""
+    an action token; the mask holds the row's token weight there (1 unless traj-mean).
+    Returns ids (B, T), attn (B, T), mask (B, T-1), old (B, T-1), adv (B, T-1)."""
     T = max(len(r.prompt_ids) + len(r.action_ids) for r in rows)
     B = len(rows)
     ids = torch.full((B, T), pad_id, dtype=torch.long)                # (B, T)
@@ -126,7 +137,7 @@ def collate(rows: list[Row], pad_id: int):
         ids[b, :P + A] = torch.tensor(r.prompt_ids + r.action_ids)
         attn[b, :P + A] = 1
         # target at position j is ids[j+1]; action tokens are ids[P:P+A] → targets P-1 .. P+A-2
-        mask[b, P - 1:P + A - 1] = 1
+        mask[b, P - 1:P + A - 1] = r.weight
         old[b, P - 1:P + A - 1] = torch.tensor(r.logprobs[:A])
         adv[b, P - 1:P + A - 1] = r.adv
     return ids, attn, mask, old, adv
@@ -155,8 +166,9 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Ten
 # ---------------------------------------------------------------------------------------------
 def ppo_clip_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.2, ref_logp=None, kl_coef=0.0,
                   denom: float | None = None):
-    """Token-sum of the PPO-clip (+ k3 KL) loss over `mask`, divided by `denom` (the number of
-    masked tokens in the *whole* batch, so micro-batches add up to the token mean). All (B, T-1)."""
+    """Mask-weighted token-sum of the PPO-clip (+ k3 KL) loss, divided by `denom` (the mask's sum
+    over the *whole* batch, so micro-batches add up to the token mean, or the trajectory mean when
+    the mask holds traj-mean weights). All (B, T-1). Stats are unweighted sums over masked tokens."""
     ratio = torch.exp(torch.clamp(logp - old, -20, 20))                          # (B, T-1)
     pg = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1 - clip_low, 1 + clip_high))
     loss_tok = pg
@@ -169,9 +181,10 @@ def ppo_clip_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.2, ref_logp=No
     denom = denom if denom is not None else mask.sum().clamp(min=1)
     loss = (loss_tok * mask).sum() / denom
     with torch.no_grad():
+        on = (mask > 0).float()                                                  # (B, T-1)
         clipped = ((ratio < 1 - clip_low) | (ratio > 1 + clip_high)).float()
-        stats = {"clipfrac": float((clipped * mask).sum()), "kl": float((kl * mask).sum()),
-                 "ratio": float((ratio * mask).sum())}
+        stats = {"clipfrac": float((clipped * on).sum()), "kl": float((kl * on).sum()),
+                 "ratio": float((ratio * on).sum())}
     return loss, stats
 
 
@@ -216,9 +229,18 @@ def minibatch_of(group_id: int, traj_id: int, start_step: int, turn: int, miniba
     return (group_id + traj_id + start_step + turn) % max(1, minibatches)
 
 
-def rows_from(groups, adv, minibatches: int = 1) -> list[Row]:
+LOSS_AGGS = ("token-mean", "traj-mean")
+
+
+def rows_from(groups, adv, minibatches: int = 1, loss_agg: str = "token-mean") -> list[Row]:
+    """One Row per turn with action tokens; `loss_agg` sets the token weights (module docstring)."""
+    if loss_agg not in LOSS_AGGS:
+        raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {loss_agg!r}")
+
+    def weight(tr) -> float:
+        return 1.0 if loss_agg == "token-mean" else 1.0 / max(1, sum(len(tn.action_ids) for tn in tr.turns))
     return [Row(tn.prompt_ids, tn.action_ids, tn.logprobs, adv[g][i][t],
-                minibatch_of(tr.group_id, tr.traj_id, tr.start_step, t, minibatches))
+                minibatch_of(tr.group_id, tr.traj_id, tr.start_step, t, minibatches), weight(tr))
             for g, grp in enumerate(groups) for i, tr in enumerate(grp) for t, tn in enumerate(tr.turns)
             if tn.action_ids]
 
@@ -258,11 +280,13 @@ def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=Non
     this the same number of times (one per mini-batch), also with no rows of its own."""
     dev = next(model.parameters()).device
     kept = rows if cfg.kl_coef != 0 else [r for r in rows if r.adv != 0.0]      # deviation 3
-    # counts summed over ranks in one call: the token-mean denominator is every action token of
-    # the batch (deviation 3); n_trained only those of the rows kept; n_rows the rows kept
-    counts = _all_reduce(torch.tensor([float(sum(len(r.action_ids) for r in rs)) for rs in (rows, kept)]
-                                      + [float(len(kept))], device=dev))
-    n_tok, n_trained, n_rows = int(counts[0].item()), int(counts[1].item()), int(counts[2].item())
+    # counts summed over ranks in one call: the loss denominator is the weighted count of every
+    # action token of the batch (deviation 3; token-mean: the tokens, traj-mean: the trajectories);
+    # n_trained the (unweighted) tokens of the rows kept; n_rows the rows kept
+    counts = _all_reduce(torch.tensor([float(sum(r.weight * len(r.action_ids) for r in rows)),
+                                       float(sum(len(r.action_ids) for r in kept)), float(len(kept))],
+                                      dtype=torch.float64, device=dev))
+    n_tok, n_trained, n_rows = float(counts[0].item()), int(round(counts[1].item())), int(round(counts[2].item()))
     rows = sorted(kept, key=lambda r: len(r.prompt_ids) + len(r.action_ids))
     if n_trained == 0:      # no token carries a gradient anywhere: no step (Adam would still move)
         return {"loss/pg": 0.0, "train/rows": 0, "n_trained": 0, "train/skipped_nonfinite": 0,

@@ -105,6 +105,8 @@ class Config:
     """response length cap per turn"""
     micro_tokens: int = 8192
     """padded tokens per forward pass in the update (memory knob)"""
+    loss_agg: str = "token-mean"
+    """loss aggregation: token-mean (every action token alike) | traj-mean (every trajectory alike: the mean of each trajectory's token mean; long failures no longer outweigh short successes, see grpo.py)"""
     minibatches: int = 1
     """optimizer steps per rollout batch: its turns are split into this many mini-batches, one PPO-clip step each (verl's ppo_mini_batch_size; 1 = a single on-policy step)"""
     # --- ProVer (prover.py / verify.py)
@@ -197,6 +199,7 @@ CHOICES = {
     "method": ["prover", "grpo", "grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch"],
     "judge": ["builtin", "random", "hf", "openai"],
     "rollout": ["hf", "vllm"],
+    "loss_agg": ["token-mean", "traj-mean"],
     "preset": ["small", "full"],
     "env_backend": ["auto", "builtin", "real"],
     "device": ["auto", "cpu", "cuda"],
@@ -698,7 +701,7 @@ def train_step(tr: Trainer, step: int, methods, log) -> dict | None:
         cstats = {"credit/error": f"{type(e).__name__}: {e}"[:200]}
     t_credit = time.time() - t_credit
     # 4. update (gradients summed over ranks) + sync the rollout engine
-    ustats = grpo.update(tr.model, tr.opt, grpo.rows_from(groups, adv, cfg.minibatches), tr.ucfg, tr.tok.pad_token_id, tr.ref)
+    ustats = grpo.update(tr.model, tr.opt, grpo.rows_from(groups, adv, cfg.minibatches, cfg.loss_agg), tr.ucfg, tr.tok.pad_token_id, tr.ref)
     agent.counter["train/skipped_nonfinite"] += ustats["train/skipped_nonfinite"]
     tr.gen.sync(tr.model)
     # 6. metrics, reduced over ranks

@@ -319,6 +319,56 @@ def test_alfworld_chat_prompt_follows_verl_agent_template():
             "You are now at step 4 and your current observation is: You arrive at fridge 1.") in p
 
 
+def test_traj_mean_loss_is_the_mean_over_trajectories_of_token_means():
+    """--loss-agg traj-mean: the collated, micro-batched loss equals a plain loop's mean over
+    trajectories of each trajectory's token-mean PPO-clip loss; token-mean stays the plain token
+    mean; and the update's denominator counts the zero-advantage trajectory too (deviation 3)."""
+    from rollout import Trajectory, Turn
+    g = torch.Generator().manual_seed(0)
+
+    def traj(i, lens, R):
+        turns = [Turn(t, "o", [], "x", "a", True, "o", 0.0, False, [5, 6, 7][: 1 + t % 3], list(range(8, 8 + n)),
+                      (-torch.rand(n, generator=g)).tolist()) for t, n in enumerate(lens)]
+        return Trajectory(i, 0, 0, "t", "x", turns, bool(R), float(R))
+    grp = [traj(0, [3, 1], 1), traj(1, [2, 2, 2, 4, 1], 0), traj(2, [1, 5, 2], 0), traj(3, [4], 1)]
+    adv = [[[(tr.R - 0.5) - 0.1 * (t == 1) for t in range(len(tr.turns))] for tr in grp]]
+    new_lp = {id(tn.action_ids): torch.tensor(tn.logprobs) + 0.3 * torch.randn(len(tn.logprobs), generator=g)
+              for tr in grp for tn in tr.turns}
+
+    def plain(per_traj: bool) -> float:
+        per = []      # (trajectory, token) losses, clip ε = 0.2
+        for i, tr in enumerate(grp):
+            toks = []
+            for t, tn in enumerate(tr.turns):
+                A = adv[0][i][t]
+                for lp, old in zip(new_lp[id(tn.action_ids)].tolist(), tn.logprobs):
+                    r = math.exp(lp - old)
+                    toks.append(max(-A * r, -A * min(max(r, 0.8), 1.2)))
+            per.append(toks)
+        if per_traj:
+            return sum(sum(x) / len(x) for x in per) / len(per)
+        return sum(sum(x) for x in per) / sum(len(x) for x in per)
+
+    for agg in grpo.LOSS_AGGS:
+        rows = grpo.rows_from([grp], adv, loss_agg=agg)
+        denom = sum(r.weight * len(r.action_ids) for r in rows)
+        assert denom == pytest.approx(4.0 if agg == "traj-mean" else 27.0)
+        total = 0.0
+        for k in range(0, len(rows), 3):          # micro-batches add up
+            part = rows[k:k + 3]
+            ids, attn, mask, old, A = grpo.collate(part, pad_id=0)
+            logp = torch.zeros_like(old)
+            for b, r in enumerate(part):
+                P = len(r.prompt_ids)
+                logp[b, P - 1:P - 1 + len(r.action_ids)] = new_lp[id(r.action_ids)]   # rows share the turns' lists
+            loss, st = grpo.ppo_clip_loss(logp, old, A, mask, denom=denom)
+            total += loss.item()
+            assert st["ratio"] > 0 and st["clipfrac"] <= (mask > 0).sum()     # stats count tokens, unweighted
+        assert total == pytest.approx(plain(agg == "traj-mean"), rel=1e-5)
+    with pytest.raises(ValueError, match="loss_agg"):
+        grpo.rows_from([grp], adv, loss_agg="seq-mean")
+
+
 def test_demo_slips_are_inadmissible_and_followed_by_recovery():
     """--bc-slip: a slip is an action admissible earlier in the episode but not now; the env
     answers "Nothing happens.", and the next demo's target is the expert's action from the

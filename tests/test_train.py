@@ -117,6 +117,8 @@ def test_flag_choices_match_what_the_modules_provide():
     assert tuple(train.CHOICES["bc_expert"]) == household.EXPERTS
     assert sorted(train.CHOICES["judge"]) == sorted(judge.JUDGES)
     assert sorted(train.CHOICES["method"]) == sorted(train.credit_methods())
+    import grpo
+    assert tuple(train.CHOICES["loss_agg"]) == grpo.LOSS_AGGS
 
 
 def test_missing_model_path_one_line_error(tmp_path, cache):
@@ -288,6 +290,15 @@ def test_diagnose_bench_reports_failure_modes(tmp_path, cache):
     m = res["by_temperature"]["0.4"]
     assert m["episodes"] == 4 and 0 <= m["non_admissible"] <= 1 and m["episode_len"] <= 8
     assert "non-admissible turns" in (tmp_path / "res" / "diagnose_run.md").read_text()
+    # bench/learning.py --recheck on the same run: warm start and checkpoint, one diagnose per
+    # sampling seed; seed 0 of the checkpoint is the evaluation just made
+    import learning
+    r = learning.recheck({"dir": str(out), "points": []}, n=2, episodes=4, jobs=1)
+    assert (r["step"], r["episodes"], len(r["warm_runs"]), len(r["final_runs"])) == (1, 4, 2, 2)
+    assert r["final_runs"][0] == m["success"] and r["gain"] == pytest.approx(r["final"] - r["warm"])
+    warm_dir = json.load(open(out / "config.json"))["model_dir"]
+    assert r["warm_runs"][0] == learning._diagnosed(str(out), warm_dir, 4, 0.4, 0)[0]
+    assert 0 < r["gain_se"] < 0.5
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "diagnose.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no config.json" in bad.stderr
