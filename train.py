@@ -106,7 +106,7 @@ class Config:
     micro_tokens: int = 8192
     """padded tokens per forward pass in the update (memory knob)"""
     loss_agg: str = "token-mean"
-    """loss aggregation: token-mean (every action token alike) | traj-mean (every trajectory alike: the mean of each trajectory's token mean; long failures no longer outweigh short successes, see grpo.py)"""
+    """loss aggregation: token-mean (every action token alike: verl-agent's) | traj-mean (every trajectory alike: the mean of each trajectory's token mean, so long failures do not outweigh short successes; ALFWorld, 3 seeds: +12.9/+13.6/+15.7 held-out points in 30 minutes vs +13.9/+11.4/+11.8, README Results)"""
     minibatches: int = 1
     """optimizer steps per rollout batch: its turns are split into this many mini-batches, one PPO-clip step each (verl's ppo_mini_batch_size; 1 = a single on-policy step)"""
     # --- ProVer (prover.py / verify.py)

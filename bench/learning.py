@@ -16,6 +16,13 @@ continues with --resume (its minutes accumulate). Writes:
   results/learning_<env>.json  the same numbers, machine-readable
   results/learning_<env>.png   held-out success against updates and against minutes, one line per seed
 
+`--recheck N` then re-evaluates each run's warm start and its checkpoint (the policy at the run's
+last checkpoint: with a run stopped at --minutes, the 30-minute policy) with bench/diagnose.py at
+the evaluation temperature, N times with different sampling seeds on `--recheck-episodes` held-out
+tasks (default: the run's --eval-episodes; 140 = all of ALFWorld's valid_seen), and reports both
+success rates and the gain with its standard error. Why: one evaluation of 128 episodes has a
+sampling sd of ~4.4 points, so a gain read off the curve (a difference of two of them) is ±6.
+
 Minutes are `time/wall_s` (process start to the evaluation: warm start + updates + evaluations).
 Each run uses every core by itself (`--workers` = one local data-parallel process per core), so the
 seeds run one after another by default; `--jobs N` runs N side by side, and then they share the
@@ -66,6 +73,42 @@ def curve(d: str) -> dict:
 _RUN_ONLY = {"seed", "out", "resume", "cache_dir", "threads", "workers", "checkpoint_every"}
 
 
+def _diagnosed(run: str, model: str, episodes: int, temperature: float, seed: int) -> tuple[float, int]:
+    """(success, episodes played) of `model` (a warm start; "" = the run's checkpoint) on the run's
+    held-out split, by bench/diagnose.py (a finite split caps the episodes at its size)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, os.path.join(ROOT, "bench", "diagnose.py"), run, "--episodes", str(episodes),
+               "--temperatures", str(temperature), "--seed", str(seed), "--out-dir", tmp] + (["--model", model] if model else [])
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"bench/diagnose.py failed for {model or run}: {r.stderr.strip().splitlines()[-1:]}")
+        out = next(os.path.join(tmp, f) for f in os.listdir(tmp) if f.endswith(".json"))
+        m = json.load(open(out))["by_temperature"][str(float(temperature))]
+    return m["success"], m["episodes"]
+
+
+def recheck(c: dict, n: int, episodes: int, jobs: int) -> dict:
+    """Warm start vs checkpoint, each evaluated n times (sampling seeds 0..n-1) on the same tasks.
+    Pooled success rates; the standard errors are binomial over the episodes played (the tasks
+    are fixed, so sampling is the only noise), and the gain's is sqrt(se_w² + se_f²)."""
+    import math
+    cfg = json.load(open(os.path.join(c["dir"], "config.json")))
+    warm_model = cfg.get("model_dir") or cfg.get("model")
+    step = json.load(open(os.path.join(c["dir"], "checkpoint", "state.json")))["step"]
+    T = cfg["eval_temperature"]
+    todo = [(m, k) for m in (warm_model, "") for k in range(n)]
+    with ThreadPoolExecutor(max(1, jobs)) as ex:
+        res = list(ex.map(lambda mk: _diagnosed(c["dir"], mk[0], episodes or cfg["eval_episodes"], T, mk[1]), todo))
+    played = res[0][1]
+    w, f = (sum(sr for sr, _ in part) / n for part in (res[:n], res[n:]))
+    se = lambda p: math.sqrt(max(p * (1 - p), 1e-12) / (n * played))
+    row = next((p for p in c["points"] if p["step"] == step), None)
+    return {"step": step, "minutes": row["minutes"] if row else None, "episodes": played, "samplings": n,
+            "warm": w, "final": f, "warm_runs": [sr for sr, _ in res[:n]], "final_runs": [sr for sr, _ in res[n:]],
+            "gain": f - w, "gain_se": math.sqrt(se(w) ** 2 + se(f) ** 2)}
+
+
 def nondefault_flags(cfg: dict) -> str:
     """The flags a run's config.json differs in from `train.py --env <env>`'s defaults (per-benchmark
     defaults included), e.g. "--tiny-hidden 128", so a summary says what it measured."""
@@ -105,6 +148,19 @@ def write(env: str, s: dict, out_dir: str) -> str:
              f"({c['gain_within_score']:+.3f})" if "within" in c else "n/a | n/a")
         lines.append(f"| {c['seed']} | {c['warm']:.3f} ({c['warm_score']:.3f}) | {c['best']:.3f} ({c['best_step']}) | "
                      f"{c['last']:.3f} ({c['last_score']:.3f}) | {c['gain_last']:+.3f} | {w} |")
+    if any("recheck" in c for c in s["runs"]):
+        r0 = next(c["recheck"] for c in s["runs"] if "recheck" in c)
+        lines += ["", f"Re-evaluated (`--recheck`): warm start and the run's checkpoint, each {r0['samplings']} × "
+                  f"{r0['episodes']} held-out episodes (sampling seeds 0..{r0['samplings'] - 1}, same tasks); ± is "
+                  "the standard error:", "",
+                  "| seed | warm start | checkpoint (update @ min) | gain | per sampling seed: warm → checkpoint |",
+                  "|---|---|---|---|---|"]
+        for c in s["runs"]:
+            r = c.get("recheck")
+            if r:
+                at = f"{r['step']}" + (f" @ {r['minutes']:g}" if r["minutes"] is not None else "")
+                per = ", ".join(f"{a:.3f} → {b:.3f}" for a, b in zip(r["warm_runs"], r["final_runs"]))
+                lines.append(f"| {c['seed']} | {r['warm']:.3f} | {r['final']:.3f} ({at}) | {r['gain']:+.3f} ± {r['gain_se']:.3f} | {per} |")
     lines.append("\nEvery evaluation (update: success / score @ minutes since launch; ~ = minutes rebuilt from "
                  "the run's log, see `time/wall_s_reconstructed` in its metrics):\n")
     for c in s["runs"]:
@@ -143,6 +199,8 @@ def main(argv=None):
     p.add_argument("--minutes", type=float, default=30.0, help="report the last evaluation within this many minutes")
     p.add_argument("--dirs", nargs="+", help="summarise these run directories instead of running")
     p.add_argument("--out", default=os.path.join(ROOT, "results"))
+    p.add_argument("--recheck", type=int, default=0, help="re-evaluate each warm start and checkpoint this many times (sampling seeds)")
+    p.add_argument("--recheck-episodes", type=int, default=0, help="held-out episodes per re-evaluation (0 = the run's --eval-episodes)")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra train.py flags")
     a = p.parse_args(argv)
     extra = a.extra[1:] if a.extra[:1] == ["--"] else a.extra
@@ -156,7 +214,11 @@ def main(argv=None):
         if any(codes):
             sys.exit(f"bench/learning.py: error: train.py failed for seeds "
                      f"{[s for s, c in zip(a.seeds, codes) if c]} (see results/runs/*.log)")
-    md = write(a.env, summarise([curve(d) for d in dirs], a.minutes), a.out)
+    s = summarise([curve(d) for d in dirs], a.minutes)
+    if a.recheck > 0:
+        for c in s["runs"]:
+            c["recheck"] = recheck(c, a.recheck, a.recheck_episodes, a.jobs)
+    md = write(a.env, s, a.out)
     print(open(md).read())
 
 
