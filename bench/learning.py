@@ -4,6 +4,7 @@
     python bench/learning.py                                # ALFWorld, seeds 0 1 2, one after another
     python bench/learning.py --env webshop --seeds 0        # any benchmark; extra train.py flags after --
     python bench/learning.py --dirs runs/a runs/b           # only summarise existing run directories
+    python bench/learning.py --dirs runs/a runs/b --recheck 4 --recheck-episodes 140   # + precise gains
 
 Each seed is `python train.py --env <env> --seed <s> --out results/runs/learning-<env>-s<s>` with
 every other flag at its default (its own warm start, as a user gets it; a cached warm start is
@@ -95,6 +96,8 @@ def recheck(c: dict, n: int, episodes: int, jobs: int) -> dict:
     import math
     cfg = json.load(open(os.path.join(c["dir"], "config.json")))
     warm_model = cfg.get("model_dir") or cfg.get("model")
+    if not warm_model:
+        raise ValueError(f"{c['dir']}: config.json names no starting policy (model_dir / model) to re-evaluate")
     step = json.load(open(os.path.join(c["dir"], "checkpoint", "state.json")))["step"]
     T = cfg["eval_temperature"]
     todo = [(m, k) for m in (warm_model, "") for k in range(n)]
