@@ -242,12 +242,14 @@ def rows_from(groups, adv, minibatches: int = 1, loss_agg: str = "token-mean") -
     if loss_agg not in LOSS_AGGS:
         raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {loss_agg!r}")
 
-    def weight(tr) -> float:
-        return 1.0 if loss_agg == "token-mean" else 1.0 / max(1, sum(len(tn.action_ids) for tn in tr.turns))
-    return [Row(tn.prompt_ids, tn.action_ids, tn.logprobs, adv[g][i][t],
-                minibatch_of(tr.group_id, tr.traj_id, tr.start_step, t, minibatches), weight(tr))
-            for g, grp in enumerate(groups) for i, tr in enumerate(grp) for t, tn in enumerate(tr.turns)
-            if tn.action_ids]
+    rows = []
+    for g, grp in enumerate(groups):
+        for i, tr in enumerate(grp):
+            w = 1.0 if loss_agg == "token-mean" else 1.0 / max(1, sum(len(tn.action_ids) for tn in tr.turns))
+            rows += [Row(tn.prompt_ids, tn.action_ids, tn.logprobs, adv[g][i][t],
+                         minibatch_of(tr.group_id, tr.traj_id, tr.start_step, t, minibatches), w)
+                     for t, tn in enumerate(tr.turns) if tn.action_ids]
+    return rows
 
 
 def update(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=None) -> dict:

@@ -278,10 +278,12 @@ def collect_demos(spec, env_kwargs: dict, agent_fmt, bc: BCConfig, seed: int):
             tgt = agent_fmt.tok(spec.response(a_star) + eos, add_special_tokens=False)["input_ids"]
             data.append((agent_fmt.prompt_ids(s), tgt))
             a = a_star
-            adm_now = set(s.info.get("admissible") or [])
-            slips = sorted(seen - adm_now)
-            seen |= adm_now - {"help", "look", "inventory"}
-            if bc.slip > 0 and slips and rng.random() < bc.slip:
+            slips = []
+            if bc.slip > 0:
+                adm_now = set(s.info.get("admissible") or [])
+                slips = sorted(seen - adm_now)
+                seen |= adm_now - {"help", "look", "inventory"}
+            if slips and rng.random() < bc.slip:
                 a = rng.choice(slips)
             elif rng.random() < bc.epsilon:   # a detour: the env's own notion of one, else an admissible action
                 if hasattr(env, "random_action"):
