@@ -113,16 +113,23 @@ class Agent:
     counter: Counter = field(default_factory=Counter)
 
     def prompt_ids(self, s: AgentState) -> list[int]:
-        from policy import encode_chat
-        view = PromptInput(task=s.info.get("task", ""), obs=s.obs,
-                           admissible=list(s.info.get("admissible") or []),
-                           history=list(s.history), step=s.step)
+        return self.prompts_ids([s])[0]
+
+    def prompts_ids(self, states: list[AgentState]) -> list[list[int]]:
+        """Prompt ids of each state (one batched tokenizer call)."""
+        from policy import encode_chats
         fn = self.spec.compact_prompt if self.compact else self.spec.chat_prompt
-        ids = encode_chat(self.tok, fn(view, self.history_len))
-        if len(ids) > self.max_prompt_tokens:   # keep the end (current obs + header); counted
-            self.counter["prompt_truncations"] += 1
-            ids = ids[-self.max_prompt_tokens:]
-        return ids
+        texts = [fn(PromptInput(task=s.info.get("task", ""), obs=s.obs,
+                                admissible=list(s.info.get("admissible") or []),
+                                history=list(s.history), step=s.step), self.history_len)
+                 for s in states]
+        out = []
+        for ids in encode_chats(self.tok, texts):
+            if len(ids) > self.max_prompt_tokens:   # keep the end (current obs + header); counted
+                self.counter["prompt_truncations"] += 1
+                ids = ids[-self.max_prompt_tokens:]
+            out.append(ids)
+        return out
 
 
 def start_state(env: Env, task: int) -> AgentState:
@@ -156,7 +163,7 @@ def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temper
     # batch it shares (data-parallel ranks reproduce a single-process run)
     eids = episode_ids if episode_ids is not None else list(range(len(envs)))
     while active:
-        prompts = [agent.prompt_ids(states[i]) for i in active]
+        prompts = agent.prompts_ids([states[i] for i in active])
         seeds = [hash((seed, eids[i], len(turns[i]))) & 0x7FFFFFFF for i in active]
         samples = agent.gen.generate(prompts, agent.max_new_tokens, temperature, row_seeds=seeds)
         agent.counter[f"tokens/{purpose}"] += sum(len(s.ids) for s in samples)

@@ -741,7 +741,8 @@ def train(cfg: Config) -> str:
     methods = credit_methods()
     agent = tr.run.agent
     log(f"run: {cfg.out} | env {cfg.env} | method {cfg.method} | G={cfg.group_size} x {cfg.tasks_per_iter} tasks"
-        f"{f' over {tr.world} ranks' if tr.world > 1 else ''} | {cfg.iters} updates | eval on {tr.eval_split} every {cfg.eval_every}")
+        f"{f' over {tr.world} ranks' if tr.world > 1 else ''} | {cfg.iters} updates | eval on {tr.eval_split} every {cfg.eval_every}"
+        f" | sampler {getattr(agent.gen, 'runner_name', cfg.rollout)}")
     if tr.start == 0 and cfg.eval_every:   # 5. (the warm start's held-out success; all workers)
         m = evaluate(agent, tr.run.spec, tr.run.env_kwargs, tr.eval_split, cfg.eval_episodes, cfg.eval_temperature,
                      cfg.seed, tr.eval_envs, tr.rank, tr.world)

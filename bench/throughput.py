@@ -77,11 +77,22 @@ def main():
             if done:
                 break
     res["simulator_steps_per_s"] = n / (time.perf_counter() - t0)
+    # the same rollouts through the transformers forward (HFGenerator(lean=False)): what the
+    # plain-torch Qwen3 runner saves; identical samples, so the token counts match
+    res["rollout_runner"] = agent.gen.runner_name
+    ref = Agent(HFGenerator(model, tok, lean=False), tok, spec, max_new_tokens=cfg.max_new_tokens)
+    t_ref = 0.0
+    for r in range(a.repeats):
+        t0 = time.perf_counter()
+        rollout_groups(ref, envs, [1000 + 4 * r + k for k in range(cfg.tasks_per_iter)], cfg.group_size, 1.0, seed=r)
+        t_ref += time.perf_counter() - t0
+    res["rollout_tokens_per_s_transformers_forward"] = ref.counter["tokens/rollout"] / t_ref
+    res["rollout_speedup_vs_transformers_forward"] = t_ref / sum(x[2] for x in roll)
     if a.vllm_python:
         prompts = [t.prompt_ids for g in groups for tr in g for t in tr.turns][:64]
         res["hf_vs_vllm"] = hf_vs_vllm(a.vllm_python, folder, prompts)
     for k, v in res.items():
-        print(f"{k:28s} {json.dumps(v) if isinstance(v, dict) else f'{v:,.1f}'}")
+        print(f"{k:28s} {json.dumps(v) if isinstance(v, (dict, str)) else f'{v:,.1f}'}")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)

@@ -64,6 +64,39 @@ def test_sampling_logprobs_equal_teacher_forced(tiny_alfworld):
     assert [s.ids for s in a] == [s.ids for s in b]
 
 
+def test_lean_qwen3_runner_samples_what_the_transformers_forward_samples(tiny_alfworld):
+    # Prompts of very different lengths (several prefill buckets, one row much longer than the
+    # rest) and real env prompts: same seeded samples and the same log-probs as the transformers
+    # forward, at the training, evaluation and greedy temperatures.
+    spec, model, tok, _ = tiny_alfworld
+    lean, ref = policy.HFGenerator(model, tok), policy.HFGenerator(model, tok, lean=False)
+    assert (lean.runner_name, ref.runner_name) == ("qwen3-lean", "transformers")
+    agent = Agent(lean, tok, spec)
+    env = spec.make(split="train", seed=0)
+    rng = random.Random(0)
+    prompts = [agent.prompt_ids(start_state(env, t)) for t in range(5)]
+    prompts += [[rng.randrange(5, len(tok)) for _ in range(n)] for n in (3, 40, 41, 90, 260, 700)]
+    for T in (1.0, 0.4, 0.0):
+        a, b = lean.generate(prompts, 12, T, seed=7), ref.generate(prompts, 12, T, seed=7)
+        assert [s.ids for s in a] == [s.ids for s in b]
+        assert max(abs(x - y) for s, r in zip(a, b) for x, y in zip(s.logprobs, r.logprobs)) < 1e-4
+    # a batch of one and a row's sample independent of its batch-mates (per-row streams)
+    one = lean.generate(prompts[-1:], 12, 1.0, row_seeds=[11])
+    assert one[0].ids == lean.generate(prompts, 12, 1.0, row_seeds=[0] * 10 + [11])[-1].ids
+
+
+def test_other_architectures_use_the_transformers_forward():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    tok = policy.build_tokenizer(["go to desk 1"])
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1, pad_token_id=0))
+    gen = policy.HFGenerator(m, tok)
+    assert gen.runner_name == "transformers"
+    s = gen.generate([tok("go to desk 1")["input_ids"], tok("go")["input_ids"]], 5, 1.0, seed=0)
+    assert all(1 <= len(x.ids) == len(x.logprobs) <= 5 for x in s)
+
+
 def test_spread_tasks_covers_a_finite_split_without_repeats():
     # 140 tasks ordered by type (7 types x 20): 14 evaluation episodes take one task in every ten,
     # so each type gets two; asking for more episodes than the split holds plays each task once.
