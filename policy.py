@@ -23,6 +23,7 @@ as for a real model. `HFGenerator` is the transformers generation backend used b
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import random
@@ -248,6 +249,12 @@ class HFRunner:
     def __init__(self, model, pad: int, max_new: int):
         self.model, self.pad = model, pad
         self.dev = next(model.parameters()).device
+        # transformers renamed the cache argument `past_key_values` → `cache` during 5.x (the old
+        # name goes in 5.40): pass whichever this version's forward declares
+        self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def _past(self, res):
+        return getattr(res, "cache", None) if self.cache_kw == "cache" else res.past_key_values
 
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         B, L = len(prompts), max(len(p) for p in prompts)
@@ -261,7 +268,7 @@ class HFRunner:
         # vocabulary and 64 rows of 1,500 tokens the full tensor would be ~29 GB in bf16
         res = self.model(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=self.pos,
                          use_cache=True, logits_to_keep=1)
-        self.past = res.past_key_values
+        self.past = self._past(res)
         return res.logits[:, -1]
 
     def step(self, tok: torch.Tensor) -> torch.Tensor:
@@ -269,8 +276,8 @@ class HFRunner:
         self.mask = torch.cat([self.mask, torch.ones((B, 1), dtype=torch.long, device=self.dev)], -1)  # (B, L+n)
         self.pos = self.pos[:, -1:] + 1
         res = self.model(input_ids=tok[:, None], attention_mask=self.mask, position_ids=self.pos,
-                         past_key_values=self.past, use_cache=True)
-        self.past = res.past_key_values
+                         use_cache=True, **{self.cache_kw: self.past})
+        self.past = self._past(res)
         return res.logits[:, -1]
 
 
