@@ -588,6 +588,9 @@ def setup(cfg: Config, log) -> Trainer:
         raise ValueError(f"--method {cfg.method}: not available in this build (have {sorted(methods)})")
     if cfg.minibatches < 1:
         raise ValueError(f"--minibatches {cfg.minibatches}: must be >= 1 (optimizer steps per rollout batch)")
+    for name in ("bc_epsilon", "bc_slip"):          # chances per demo step
+        if not 0.0 <= getattr(cfg, name) <= 1.0:
+            raise ValueError(f"--{name.replace('_', '-')} {getattr(cfg, name)}: a probability, must be in [0, 1]")
     spec, env_kw, backend_line, eval_split = env_setup(cfg, log)
     device = cfg.device if cfg.device != "auto" else ("cuda" if cfg.model and torch.cuda.is_available() else "cpu")
     if device == "cuda":

@@ -81,6 +81,9 @@ def test_bad_flag_value_one_line_error(tmp_path, cache):
     r = run(["--minibatches", "0", "--out", str(tmp_path)], cache, timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "--minibatches 0" in r.stderr
+    r = run(["--bc-slip", "1.5", "--out", str(tmp_path)], cache, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "--bc-slip 1.5" in r.stderr and "[0, 1]" in r.stderr
 
 
 def test_help_lists_every_flag(tmp_path, cache):
