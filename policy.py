@@ -184,9 +184,12 @@ class HFGenerator:
     def sync(self, model) -> None:  # same object: nothing to push
         self.model = model
 
+    def _runner(self):
+        return Qwen3Runner if self.lean and Qwen3Runner.supports(self.model) else HFRunner
+
     @property
     def runner_name(self) -> str:
-        return "qwen3-lean" if self.lean and Qwen3Runner.supports(self.model) else "transformers"
+        return self._runner().NAME
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float,
@@ -213,7 +216,7 @@ class HFGenerator:
         # (B, V) logits to the CPU and drawing B·V uniforms there every token cost ~170 ms a token
         # for a 152k vocabulary, measured on an H200: 369 tokens/s for 64 rows of a 0.6B model)
         gens = [torch.Generator(device=dev).manual_seed(int(s)) for s in row_seeds]
-        run = (Qwen3Runner if self.runner_name == "qwen3-lean" else HFRunner)(self.model, self.pad, max_new)
+        run = self._runner()(self.model, self.pad, max_new)
         logits = run.prefill(prompts)                                          # (B, V)
         gen = torch.full((B, max_new), self.pad, dtype=torch.long)           # (B, N)
         lps = torch.zeros((B, max_new))
@@ -236,10 +239,10 @@ class HFGenerator:
                 break
             logits = run.step(tok)
         self.model.train(was_training)
-        samples = []
+        samples, stops = [], set(self.stop.tolist())
         for b in range(B):
             row = gen[b, :n].tolist()
-            k = next((j + 1 for j, t in enumerate(row) if t in self.stop.tolist()), n)
+            k = next((j + 1 for j, t in enumerate(row) if t in stops), n)
             samples.append(Sample(row[:k], lps[b, :k].tolist()))
         return samples
 
@@ -247,6 +250,7 @@ class HFGenerator:
 class HFRunner:
     """The transformers forward: one left-padded prefill (logits of the last position only), then
     one token per step through its DynamicCache."""
+    NAME = "transformers"
 
     def __init__(self, model, pad: int, max_new: int):
         self.model, self.pad = model, pad
@@ -289,7 +293,8 @@ class Qwen3Runner:
         x = RMSNorm(h);  q, k = RMSNorm_head(W_q x), RMSNorm_head(W_k x);  v = W_v x
         q, k = RoPE(q, k);  h = h + W_o · SDPA(q, K, V)      (K, V: the cache, GQA heads shared)
         h = h + W_down(SiLU(W_gate RMSNorm(h)) ⊙ W_up RMSNorm(h))
-    then logits = lm_head(RMSNorm(h_last)). RoPE's cos/sin come from the model's own rotary module.
+    then logits = lm_head(RMSNorm(h_last)). RoPE: the model's rotary module and transformers' own
+    apply_rotary_pos_emb.
 
     Why: for the 137k-parameter tiny policy a decode step is mostly the wrapper's per-call work
     (mask construction, cache objects, output records: 5.8 ms a step for 32 rows vs 3.0 ms here,
@@ -304,6 +309,7 @@ class Qwen3Runner:
     prompt is > `BUCKET` × its shortest), each bucket left-padded only to its own longest prompt
     and written into its rows' columns of the shared cache."""
 
+    NAME = "qwen3-lean"
     BUCKET = 1.25
 
     def __init__(self, model, pad: int, max_new: int):
@@ -321,19 +327,14 @@ class Qwen3Runner:
                 and not getattr(c, "use_sliding_window", False)
                 and all(t == "full_attention" for t in (getattr(c, "layer_types", None) or ["full_attention"])))
 
-    @staticmethod
-    def _rot(x):                                   # rotate_half: (x1, x2) -> (-x2, x1)
-        h = x.shape[-1] // 2
-        return torch.cat((-x[..., h:], x[..., :h]), -1)
-
     def _forward(self, ids, pos, mask, rows, start: int) -> torch.Tensor:
         """ids, pos (b, T); mask (b, 1, T, start+T) bool (True = may attend); rows: the cache rows
         (a slice or an index tensor) these b sequences own; their K, V go to columns
         [start, start+T). Returns the last position's logits (b, V)."""
+        from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
         mm = self.m.model
         h = mm.embed_tokens(ids)                                            # (b, T, D)
         cos, sin = mm.rotary_emb(h, pos)                                    # (b, T, hd) each
-        cos, sin = cos[:, None], sin[:, None]                               # broadcast over heads
         b, T, _ = h.shape
         end = start + T
         for i, layer in enumerate(mm.layers):
@@ -342,7 +343,7 @@ class Qwen3Runner:
             q = a.q_norm(a.q_proj(x).view(b, T, self.nh, self.hd)).transpose(1, 2)    # (b, nh, T, hd)
             k = a.k_norm(a.k_proj(x).view(b, T, self.nkv, self.hd)).transpose(1, 2)   # (b, nkv, T, hd)
             v = a.v_proj(x).view(b, T, self.nkv, self.hd).transpose(1, 2)
-            q, k = q * cos + self._rot(q) * sin, k * cos + self._rot(k) * sin
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)                         # transformers' own RoPE
             kc, vc = self.cache[i]
             kc[rows, :, start:end], vc[rows, :, start:end] = k, v
             o = F.scaled_dot_product_attention(q, kc[rows, :, :end], vc[rows, :, :end], attn_mask=mask,
