@@ -313,7 +313,8 @@ def _receptacle_types(rng: random.Random, room: str, preset: str, must: list[str
 def generate_game(split: str, preset: str, seed: int, task: int, task_type: str | None = None,
                   attempt: int = 0) -> Game:
     """The game for (split, preset, seed, task): a pure function of its key."""
-    assert split in SPLITS and preset in PRESETS, (split, preset)
+    if split not in SPLITS or preset not in PRESETS:
+        raise ValueError(f"unknown split/preset {split!r}/{preset!r}; choose from {SPLITS} / {PRESETS}")
     key = f"{split}|{preset}|{seed if split == 'train' else 0}|{task}|{attempt}"
     rng = random.Random(key)
     if task_type is None:
@@ -371,7 +372,8 @@ def task_type_of(split: str, task: int) -> str:
     if split == "train":
         return TASK_TYPES[task % len(TASK_TYPES)]
     counts = EVAL_COUNTS[split]
-    assert 0 <= task < sum(counts), f"{split} has {sum(counts)} tasks, got index {task}"
+    if not 0 <= task < sum(counts):
+        raise ValueError(f"{split} has {sum(counts)} tasks, got index {task}")
     for tt, c in zip(TASK_TYPES, counts):
         if task < c:
             return tt
@@ -433,9 +435,10 @@ class Household:
 
     def __init__(self, split: str = "train", seed: int = 0, preset: str = "small", max_steps: int = 50,
                  expert: str = "search"):
-        assert split in SPLITS, f"unknown split {split!r}; choose one of {SPLITS}"
-        assert preset in PRESETS, f"unknown preset {preset!r}; choose one of {PRESETS}"
-        assert expert in EXPERTS, f"unknown expert {expert!r}; choose one of {EXPERTS}"
+        # ValueError, not assert: these are user input (flags) and asserts vanish under `python -O`.
+        for what, v, ok in (("split", split, SPLITS), ("preset", preset, PRESETS), ("expert", expert, EXPERTS)):
+            if v not in ok:
+                raise ValueError(f"unknown {what} {v!r}; choose one of {ok}")
         self.split, self.seed, self.preset, self.max_steps = split, seed, preset, max_steps
         self.expert = expert
         self.game: Game | None = None

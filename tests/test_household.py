@@ -305,9 +305,16 @@ def test_search_expert_with_nothing_left_to_search():
     assert checked > 10, checked
 
 
-def test_unknown_expert_is_an_error():
-    with pytest.raises(AssertionError, match="unknown expert 'psychic'"):
+def test_unknown_expert_split_preset_or_task_is_an_error():
+    with pytest.raises(ValueError, match="unknown expert 'psychic'"):
         H.Household(expert="psychic")
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        H.Household(split="dev")
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        H.Household(preset="huge")
+    env = H.Household(split="valid_seen")
+    with pytest.raises(ValueError, match="valid_seen has .* tasks, got index 99999"):
+        env.reset(99999)
 
 
 def test_determinism_by_seed():
