@@ -160,7 +160,7 @@ class Config:
     bc_steps: int = 1000
     """behaviour cloning: optimizer steps at most (the target below stops it earlier on purpose: the policy starts imperfect)"""
     bc_target: float = 0.35
-    """behaviour cloning stops once success at --eval-temperature on 64 unseen training tasks reaches this (checked every 25 steps from step 250), so every seed starts RL from about the same level with room to improve (cloned to convergence the default ALFWorld policy reaches ~65% held-out, 39% with --bc-expert oracle); 0 = run all --bc-steps"""
+    """behaviour cloning stops once success at --eval-temperature on 64 unseen training tasks reaches this (checked every 50 steps from step 250), so every seed starts RL from about the same level with room to improve (cloned to convergence the default ALFWorld policy reaches ~65% held-out, 39% with --bc-expert oracle); 0 = run all --bc-steps"""
     bc_seed: int = -1
     """seed of the warm start (-1 = --seed); fix it to compare RL seeds from one warm-started policy"""
     bc_epsilon: float = 0.3
