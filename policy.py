@@ -425,8 +425,10 @@ class BCConfig:
     check_from: int = 250         # first check at this step, then every `check_every` steps
     # Why 50, not 25: a check plays 64 episodes, and the failures run all 50 turns (~7 s on 2
     # cores); checking every 25 steps was ~40% of seed 0's 367 s warm start (750 steps). The
-    # checks do not change the weights (tested), so a coarser schedule stops at the same step or
-    # up to 25 steps later, and fewer noisy checks are fewer chances to stop on a lucky estimate.
+    # checks do not change the weights (tested), so a coarser schedule stops at the same step when
+    # the first passing check falls on a multiple of 50, else at a later passing one or at `steps`
+    # (the noisy estimate bounces: ALFWorld seed 2 passed at 525, then at no multiple of 50 up to
+    # 750). Fewer noisy checks are also fewer chances to stop on a lucky estimate.
     check_every: int = 50
     check_episodes: int = 64
     check_temperature: float = 0.4   # the evaluation temperature
