@@ -313,7 +313,9 @@ class Qwen3Runner:
     BUCKET = 1.25
 
     def __init__(self, model, pad: int, max_new: int):
+        from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
         self.m, self.pad, self.max_new = model, pad, max_new
+        self.rope = apply_rotary_pos_emb                  # transformers' own RoPE, looked up once
         c = model.config
         self.nh, self.nkv = c.num_attention_heads, c.num_key_value_heads
         self.hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
@@ -331,7 +333,6 @@ class Qwen3Runner:
         """ids, pos (b, T); mask (b, 1, T, start+T) bool (True = may attend); rows: the cache rows
         (a slice or an index tensor) these b sequences own; their K, V go to columns
         [start, start+T). Returns the last position's logits (b, V)."""
-        from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
         mm = self.m.model
         h = mm.embed_tokens(ids)                                            # (b, T, D)
         cos, sin = mm.rotary_emb(h, pos)                                    # (b, T, hd) each
@@ -343,7 +344,7 @@ class Qwen3Runner:
             q = a.q_norm(a.q_proj(x).view(b, T, self.nh, self.hd)).transpose(1, 2)    # (b, nh, T, hd)
             k = a.k_norm(a.k_proj(x).view(b, T, self.nkv, self.hd)).transpose(1, 2)   # (b, nkv, T, hd)
             v = a.v_proj(x).view(b, T, self.nkv, self.hd).transpose(1, 2)
-            q, k = apply_rotary_pos_emb(q, k, cos, sin)                         # transformers' own RoPE
+            q, k = self.rope(q, k, cos, sin)
             kc, vc = self.cache[i]
             kc[rows, :, start:end], vc[rows, :, start:end] = k, v
             o = F.scaled_dot_product_attention(q, kc[rows, :, :end], vc[rows, :, :end], attn_mask=mask,
