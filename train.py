@@ -89,6 +89,8 @@ class Config:
     # --- optimisation (grpo.py)
     lr: float = 1e-4
     """AdamW learning rate (tiny policy: 3e-4 churned and 1e-3 collapsed it here; use ~1e-6 for real LLMs)"""
+    lr_final: float = 1.0
+    """learning rate at update --iters as a fraction of --lr, reached by linear decay from update 1 (1 = constant)"""
     norm_std: bool = False
     """divide group advantages by the group std (off: A = R − mean R, as in the ProVer paper)"""
     clip: float = 0.2
@@ -588,6 +590,8 @@ def setup(cfg: Config, log) -> Trainer:
         raise ValueError(f"--method {cfg.method}: not available in this build (have {sorted(methods)})")
     if cfg.minibatches < 1:
         raise ValueError(f"--minibatches {cfg.minibatches}: must be >= 1 (optimizer steps per rollout batch)")
+    if not 0.0 <= cfg.lr_final <= 1.0:
+        raise ValueError(f"--lr-final {cfg.lr_final}: a fraction of --lr, must be in [0, 1]")
     for name in ("bc_epsilon", "bc_slip"):          # chances per demo step
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             raise ValueError(f"--{name.replace('_', '-')} {getattr(cfg, name)}: a probability, must be in [0, 1]")
@@ -677,6 +681,13 @@ def merge_method_stats(parts: list[dict]) -> dict:
     return out
 
 
+def lr_at(cfg: Config, step: int) -> float:
+    """Linear decay from --lr at update 1 to --lr × --lr-final at update --iters. A function of the
+    step alone, so --resume continues the schedule where it stopped."""
+    frac = (step - 1) / max(1, cfg.iters - 1)
+    return cfg.lr * (1.0 - (1.0 - cfg.lr_final) * min(1.0, max(0.0, frac)))
+
+
 def train_step(tr: Trainer, step: int, methods, log) -> dict | None:
     """One update (steps 1–4 and 6 of the loop); returns the metrics row on rank 0."""
     import grpo
@@ -704,6 +715,9 @@ def train_step(tr: Trainer, step: int, methods, log) -> dict | None:
         cstats = {"credit/error": f"{type(e).__name__}: {e}"[:200]}
     t_credit = time.time() - t_credit
     # 4. update (gradients summed over ranks) + sync the rollout engine
+    lr = lr_at(cfg, step)
+    for g in tr.opt.param_groups:
+        g["lr"] = lr
     ustats = grpo.update(tr.model, tr.opt, grpo.rows_from(groups, adv, cfg.minibatches, cfg.loss_agg), tr.ucfg, tr.tok.pad_token_id, tr.ref)
     agent.counter["train/skipped_nonfinite"] += ustats["train/skipped_nonfinite"]
     tr.gen.sync(tr.model)
@@ -729,7 +743,7 @@ def train_step(tr: Trainer, step: int, methods, log) -> dict | None:
            "tokens/rollout": d["tokens/rollout"], "tokens/verify": d["tokens/verify"], "tokens/judge": d["tokens/judge"],
            "env_steps/rollout": d["env_steps/rollout"],
            "env_steps/total": sum(v for k, v in d.items() if k.startswith("env_steps/") and k != "env_steps/eval"),
-           "time/iter_s": time.time() - t0, "time/credit_s": t_credit, **ustats}
+           "time/iter_s": time.time() - t0, "time/credit_s": t_credit, "train/lr": lr, **ustats}
     row.update(merge_method_stats([p["credit"] for p in parts]))
     return row
 

@@ -48,6 +48,7 @@ def test_default_prover_run_writes_contract_and_resumes(tmp_path, cache):
     for k in ("train/success", "eval/success", "tokens/rollout", "tokens/verify", "tokens/judge", "env_steps/total", "time/iter_s"):
         assert k in rows[-1], k
     assert rows[1]["tokens/rollout"] > 0 and rows[1]["env_steps/total"] > 0
+    assert rows[1]["train/lr"] == cfg["lr"] == rows[2]["train/lr"]          # constant unless --lr-final < 1
     # turn shares: a well-formed but unlisted action is non-admissible, a malformed one is not
     # (it counts as invalid format); a barely cloned policy makes some of either
     inad, inval = rows[1]["train/inadmissible"], rows[1]["train/invalid_format"]
@@ -84,6 +85,19 @@ def test_bad_flag_value_one_line_error(tmp_path, cache):
     r = run(["--bc-slip", "1.5", "--out", str(tmp_path)], cache, timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "--bc-slip 1.5" in r.stderr and "[0, 1]" in r.stderr
+    r = run(["--lr-final", "2", "--out", str(tmp_path)], cache, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "--lr-final 2.0" in r.stderr and "[0, 1]" in r.stderr
+
+
+def test_lr_final_decays_linearly_by_update():
+    """--lr-final: the learning rate is a function of the update number alone (so --resume
+    continues the schedule), --lr at update 1, --lr × --lr-final at update --iters."""
+    sys.path.insert(0, ROOT)
+    import train
+    cfg = train.Config(lr=1e-4, lr_final=0.1, iters=11)
+    assert [train.lr_at(cfg, s) for s in (1, 6, 11)] == pytest.approx([1e-4, 0.55e-4, 1e-5])
+    assert all(train.lr_at(train.Config(lr=1e-4), s) == 1e-4 for s in (1, 100, 200))   # constant by default
 
 
 def test_help_lists_every_flag(tmp_path, cache):
