@@ -195,7 +195,7 @@ def ppo_clip_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.2, ref_logp=No
 
 @dataclass
 class UpdateCfg:
-    lr: float = 1e-4
+    # (no learning rate: the optimizer passed to `update` carries it, and train.py sets it per update)
     clip_low: float = 0.2
     clip_high: float = 0.2
     kl_coef: float = 0.0

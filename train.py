@@ -613,7 +613,7 @@ def setup(cfg: Config, log) -> Trainer:
                   max_new_tokens=cfg.max_new_tokens, reward=cfg.reward, counter=counter)
     run = Run(cfg, agent, spec, env_kw, [], judge_setup(cfg, model, tok), cfg.out, start)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
-    ucfg = grpo.UpdateCfg(lr=cfg.lr, clip_low=cfg.clip, clip_high=cfg.clip, kl_coef=cfg.kl_coef,
+    ucfg = grpo.UpdateCfg(clip_low=cfg.clip, clip_high=cfg.clip, kl_coef=cfg.kl_coef,
                           temperature=cfg.temperature, micro_tokens=cfg.micro_tokens, bf16=cfg.bf16,
                           minibatches=cfg.minibatches)
     ref = None

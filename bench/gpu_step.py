@@ -95,7 +95,7 @@ def time_update(variant: str, a, device) -> dict:
                                                                  "gate_proj", "up_proj", "down_proj"]))
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
-    ucfg = grpo.UpdateCfg(lr=1e-6, bf16=device.startswith("cuda"), micro_tokens=a.micro_tokens)
+    ucfg = grpo.UpdateCfg(bf16=device.startswith("cuda"), micro_tokens=a.micro_tokens)
     rows = synthetic_rows(model, a, device, seed=1)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()

@@ -56,7 +56,7 @@ def main():
         rows = grpo.rows_from(groups, [[[1.0] * len(t.turns) for t in g] for g in groups],   # every row trains
                               cfg.minibatches)
         t0 = time.perf_counter()
-        st = grpo.update(model, opt, rows, grpo.UpdateCfg(lr=0.0, minibatches=cfg.minibatches), tok.pad_token_id)
+        st = grpo.update(model, opt, rows, grpo.UpdateCfg(minibatches=cfg.minibatches), tok.pad_token_id)
         dt = time.perf_counter() - t0
         upd.append((st["train/tokens_trained"], sum(len(x.prompt_ids) + len(x.action_ids) for x in rows), dt))
     res["rollout_tokens_per_s"] = sum(x[0] for x in roll) / sum(x[2] for x in roll)
