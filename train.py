@@ -160,7 +160,7 @@ class Config:
     bc_episodes: int = 400
     """behaviour cloning: noisy expert episodes"""
     bc_steps: int = 750
-    """behaviour cloning: optimizer steps at most (the target below stops it earlier on purpose: the policy starts imperfect); 750 bounds the ALFWorld warm start to ~5 minutes on 2 cores (~0.28 s a step plus ~7 s a check on the slowest machine measured)"""
+    """behaviour cloning: optimizer steps at most (the target below stops it earlier on purpose: the policy starts imperfect); 750 bounds the ALFWorld warm start to ~5 minutes on the 2-core machines of 2026-11-30/12-01 (~0.28 s a step plus ~7 s a check); one ~1.5x slower machine took 417 s"""
     bc_target: float = 0.35
     """behaviour cloning stops once success at --eval-temperature on 64 unseen training tasks reaches this (checked every 50 steps from step 250), so every seed starts RL from about the same level with room to improve (cloned to convergence the default ALFWorld policy reaches ~65% held-out, 39% with --bc-expert oracle); 0 = run all --bc-steps"""
     bc_seed: int = -1
