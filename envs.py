@@ -74,6 +74,61 @@ class EnvSpec:
     # copying one from the observation is a single token
     atomic: Callable[[], list[str]] = lambda: []
     extra: dict = field(default_factory=dict)
+    # --env-opt KEY=VALUE: the env's own parameters, each checked before anything is built
+    options: dict[str, "EnvOption"] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# --env-opt: one generic way for any env to take parameters from the command line
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class EnvOption:
+    """One `--env-opt KEY=VALUE` an env accepts: the value's type, its default, a check that
+    returns an error message (or None), and a one-line help. The parsed values are passed to
+    `spec.make(...)` as keyword arguments."""
+    type: type                                        # int | float | str | bool
+    default: Any
+    check: Callable[[Any], str | None] = lambda v: None
+    help: str = ""
+
+
+def in_range(lo: float, hi: float) -> Callable[[Any], str | None]:
+    """Check for EnvOption: lo <= value <= hi."""
+    return lambda v: None if lo <= v <= hi else f"must be in [{lo}, {hi}]"
+
+
+def parse_env_opts(spec: EnvSpec, items: list[str]) -> dict:
+    """`["rooms=8", "p_key=0.8"]` → `{"rooms": 8, "p_key": 0.8}`, typed and checked by the env's
+    `options`. Raises ValueError with one line naming the bad item (unknown key, unparsable or
+    out-of-range value, repeated key); an env with no options accepts none."""
+    out: dict = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--env-opt {item!r}: expected KEY=VALUE")
+        if key not in spec.options:
+            have = ", ".join(sorted(spec.options)) or "none"
+            raise ValueError(f"--env-opt {key}: unknown option for env {spec.name} (it has: {have})")
+        if key in out:
+            raise ValueError(f"--env-opt {key}: given twice")
+        opt = spec.options[key]
+        try:
+            if opt.type is bool:
+                if raw.strip().lower() not in ("1", "0", "true", "false", "yes", "no"):
+                    raise ValueError
+                val = raw.strip().lower() in ("1", "true", "yes")
+            else:
+                val = opt.type(raw.strip())
+        except ValueError:
+            raise ValueError(f"--env-opt {key}={raw}: not a valid {opt.type.__name__}") from None
+        if isinstance(val, float) and val != val:
+            raise ValueError(f"--env-opt {key}={raw}: not a number")
+        err = opt.check(val)
+        if err:
+            raise ValueError(f"--env-opt {key}={raw}: {err}")
+        out[key] = val
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

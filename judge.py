@@ -83,7 +83,7 @@ from typing import Any, Callable, Protocol
 
 from rapidfuzz import fuzz, process, utils
 
-from rollout import Trajectory, Turn
+from rollout import Trajectory, Turn, shortest_success  # noqa: F401  (re-exported)
 
 # ---------------------------------------------------------------------------------------------
 # Limits (paper defaults where the paper gives one, our bounds elsewhere)
@@ -157,12 +157,6 @@ class Judge(Protocol):
 def estimate_tokens(text: str) -> int:
     """Whitespace-split estimate, used where no tokenizer or usage report exists."""
     return len(text.split())
-
-
-def shortest_success(group: list[Trajectory]) -> int | None:
-    """Index in `group` of the successful trajectory with the fewest turns (first on ties)."""
-    wins = [i for i, tr in enumerate(group) if tr.won]
-    return min(wins, key=lambda i: len(group[i].turns)) if wins else None
 
 
 def turn_error(turn: Turn) -> str | None:

@@ -23,6 +23,7 @@ import os
 from collections import Counter
 
 import verify
+from rollout import shortest_success
 
 SEGMENTS_HEADER = ("# Credited segments\n\nEach entry: the judge's proposal on one eligible group, the "
                    "segment's turns verbatim, the verified advantage Δ̂ ± SE, and whether credit was "
@@ -33,11 +34,6 @@ def eligible(group, min_success: int, max_success: int) -> bool:
     """Mixed outcome with min..max successes (the paper: 1..3 of 8)."""
     n = sum(t.success for t in group)
     return 0 < n < len(group) and min_success <= n <= max_success
-
-
-def shortest_success(group) -> int:
-    """Index (in `group`) of the successful trajectory with the fewest turns; ties → lowest id."""
-    return min((i for i, t in enumerate(group) if t.won), key=lambda i: (len(group[i].turns), i))
 
 
 def credit(groups, adv, run) -> dict:

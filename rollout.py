@@ -60,6 +60,9 @@ class Turn:
     action_ids: list[int] = field(default_factory=list)     # generated tokens (incl. eos)
     logprobs: list[float] = field(default_factory=list)     # sampling log-probs, one per action id
     state: AgentState | None = None   # restore handle: state *before* this turn
+    # ground truth from the env (keydoor: "key" / "trap" when this turn took one, else ""); read
+    # only by the credit-lab metrics (lab.py), never shown to the judge or the policy
+    truth: str = ""
 
 
 @dataclass
@@ -132,6 +135,13 @@ class Agent:
         return out
 
 
+def shortest_success(group: list[Trajectory]) -> int | None:
+    """Index in `group` of the successful trajectory with the fewest turns (lowest index on ties);
+    None if no trajectory won. ProVer's judge examines this one (the paper's choice)."""
+    wins = [i for i, tr in enumerate(group) if tr.won]
+    return min(wins, key=lambda i: (len(group[i].turns), i)) if wins else None
+
+
 def start_state(env: Env, task: int) -> AgentState:
     obs, info = env.reset(task)
     return AgentState(env.snapshot(), obs, info, (), 0)
@@ -153,15 +163,17 @@ def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temper
     assert len(envs) == len(starts)
     states = list(starts)
     rs = random.Random(seed ^ 0x5EED)
-    for e, s in zip(envs, states):
-        e.restore(s.env_snap)
-        if fresh_env_randomness and hasattr(e, "reseed"):
-            e.reseed(rs.getrandbits(63))
-    turns: list[list[Turn]] = [[] for _ in envs]
-    active = [i for i, (e, s) in enumerate(zip(envs, states)) if not s.done and s.step < e.max_steps]
     # every (episode, turn) has its own sampling seed: an episode's samples do not depend on the
     # batch it shares (data-parallel ranks reproduce a single-process run)
     eids = episode_ids if episode_ids is not None else list(range(len(envs)))
+    for e, s, eid in zip(envs, states, eids):
+        e.restore(s.env_snap)
+        if hasattr(e, "reseed"):   # envs with randomness after reset (keydoor's door); ALFWorld has none
+            # continuations: fresh draws (see above); new episodes: one draw per episode id, so the
+            # G rollouts of a group do not share one draw and any worker count gives the same draws
+            e.reseed(rs.getrandbits(63) if fresh_env_randomness else hash((seed, eid, 0xD00)) & 0x7FFFFFFFFFFFFFFF)
+    turns: list[list[Turn]] = [[] for _ in envs]
+    active = [i for i, (e, s) in enumerate(zip(envs, states)) if not s.done and s.step < e.max_steps]
     while active:
         prompts = agent.prompts_ids([states[i] for i in active])
         seeds = [hash((seed, eids[i], len(turns[i]))) & 0x7FFFFFFF for i in active]
@@ -178,7 +190,7 @@ def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temper
                 t=len(turns[i]), obs=s.obs, admissible=list(s.info.get("admissible") or []),
                 text=text, action=action, valid=valid, next_obs=obs, reward=float(r), done=bool(done),
                 prompt_ids=p, action_ids=smp.ids, logprobs=smp.logprobs,
-                state=s if keep_states else None))
+                state=s if keep_states else None, truth=str(info.get("pivotal") or "")))
             step = s.step + 1
             done = done or step >= env.max_steps
             states[i] = AgentState(env.snapshot() if keep_states else None, obs, info,
