@@ -85,6 +85,29 @@ def resolve_backend(backend: str, data_dir: str | None = None) -> tuple[str, str
     return "builtin", f"ALFWorld: {msg}; using the built-in simulator"
 
 
+def make_alfworld(split: str = "train", seed: int = 0, preset: str = "small", backend: str = "builtin",
+                  data_dir: str | None = None, max_steps: int = 50, expert: str = "search"):
+    """ALFWorld env for envs.py — the one place the backend is chosen. backend: "builtin" (this simulator), "real" (the alfworld engine on
+    official games under data_dir/$ALFWORLD_DATA; a clear error if missing) or "auto" (real when
+    the official games are there, else builtin). The chosen backend and a one-line message are on
+    `env.backend` / `env.backend_line` (the trainer prints and records them). expert: the built-in
+    simulator's `expert_action` ("search" | "oracle", see Household.search_action)."""
+    backend, line = resolve_backend(backend, data_dir)
+    if backend == "real":
+        env = RealAlfworld(split=split, seed=seed, data_dir=data_dir, max_steps=max_steps)
+        env.backend, env.backend_line = backend, line
+        return env
+    env = household.Household(split=split, seed=seed, preset=preset, max_steps=max_steps, expert=expert)
+    env.backend, env.backend_line = "builtin", line
+    return env
+
+
+def backend_kwargs(backend: str) -> tuple[dict, str]:
+    """--env-backend → (make_alfworld keywords, the one-line start-up message), resolved once."""
+    resolved, line = resolve_backend(backend)
+    return {"backend": resolved}, line
+
+
 def official_game_files(split: str, data_dir: str | None = None) -> list[str]:
     """The split's playable games, filtered like AlfredTWEnv.collect_game_files, sorted by path."""
     root = os.path.join(data_root(data_dir), SUBDIR, split)

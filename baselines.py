@@ -14,12 +14,12 @@ grpo-matched — GRPO at ProVer's budget (ProVer paper's "budget-matched GRPO").
     Extra rollouts from the tasks' start states join their groups (G grows), then GRPO advantages
     are recomputed. Budget per update: `matched_tokens` generated tokens if set, else
     `matched_extra` × this update's rollout tokens; converted to whole episodes with this update's
-    mean tokens per episode, spread round-robin over the groups. OURS: the default 0.4 is ProVer's
-    overhead as we measured it, (tokens/verify + tokens/judge) / tokens/rollout = 0.407 over 5
-    updates of `train.py --env alfworld --method prover --group-size 8 --tasks-per-iter 4
-    --eval-every 0 --seed 0` (tiny policy, built-in judge) — not the paper's +2.4% (real LLMs,
-    whose rollouts are much longer relative to the continuations). Re-measure for other settings
-    and pass --matched-extra or --matched-tokens.
+    mean tokens per episode, spread round-robin over the groups. OURS: the default 0.4 (about
+    40%) is chosen to match ProVer's own overhead, (tokens/verify + tokens/judge) / tokens/rollout,
+    with the tiny policy and the built-in judge on ALFWorld (see results/LOG.md, "grpo-matched's
+    default budget") — not the paper's +2.4% (real LLMs, whose rollouts are much longer relative
+    to the continuations). ProVer's overhead depends on the setting: measure it from the
+    `tokens/*` metrics and pass --matched-extra or --matched-tokens.
 
 gigpo — GiGPO (arXiv 2505.10978; verl-agent `gigpo/core_gigpo.py`), for every group:
     A_{i,t} = A^E_i + ω·A^S_{i,t} − pen_t
@@ -79,7 +79,6 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -87,6 +86,7 @@ import torch
 
 import grpo
 import judge
+import rundir
 from prover import eligible
 from rollout import Trajectory, continue_from, make_trajectories, outcome, run_episodes, start_state
 
@@ -378,6 +378,11 @@ def spo_tree(groups, adv, run) -> dict:
 # ---------------------------------------------------------------------------------------------
 # criticsearch
 # ---------------------------------------------------------------------------------------------
+CRITIC_HEADER = ("# CriticSearch turn labels\n\nEach entry: one eligible group; per trajectory its outcome and, "
+                 "per turn, the critic's label (+1/0/−1) and the normalised Â added with weight α "
+                 "(--critic-alpha, in config.json). No verification.\n\n")
+
+
 def critic_advantages(labels: list[list[float]], ok: list[bool]) -> list[list[float]]:
     """Â over all turns of the group's trajectories whose critique parsed (`ok`); others → 0.
     Unbiased std; fewer than two labelled turns, or all equal, → 0."""
@@ -415,12 +420,7 @@ def criticsearch(groups, adv, run) -> dict:
         st["turns"] += sum(len(l) for l in labels)
         report.append(critic_report(run.step, grp, res, A))
     if report:
-        with open(os.path.join(run.out, "segments.md"), "a") as f:
-            if f.tell() == 0:
-                f.write("# CriticSearch turn labels\n\nEach entry: one eligible group; per trajectory its "
-                        "outcome and, per turn, the critic's label (+1/0/−1) and the normalised Â added "
-                        f"with α = {cfg.critic_alpha}. No verification.\n\n")
-            f.write("\n".join(report))
+        rundir.append_segments(run.out, CRITIC_HEADER, ["\n".join(report)])
     return {f"critic/{k}": v for k, v in st.items()}
 
 

@@ -22,8 +22,8 @@ What lives here
   prompt (a verl-agent-style chat prompt for real LLMs and a compact one for the tiny policy), and
   how to parse the model's text into an action.
 * `make_env(name, split=..., ...)` / `ENVS` — the registry (an explicit dict, no string matching).
-* `PivotEnv` — a tiny controlled environment where exactly one decision decides success with known
-  probabilities; the tests use it to check verification against analytic values.
+* The controlled environment with known pivotal decisions (key-to-door, the "credit lab") lives
+  in keydoor.py; the tests use it to check verification against analytic values.
 
 Agent context is *not* part of the env: the rollout keeps the (observation, action) history and the
 prompt is rebuilt from it each turn (one user message per turn, as verl-agent does), so restoring
@@ -34,8 +34,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
-
-import numpy as np
 
 
 class Env(Protocol):
@@ -76,6 +74,29 @@ class EnvSpec:
     extra: dict = field(default_factory=dict)
     # --env-opt KEY=VALUE: the env's own parameters, each checked before anything is built
     options: dict[str, "EnvOption"] = field(default_factory=dict)
+    # --env-backend auto|builtin|real → (make keywords, one-line start-up message); resolved once
+    backend: Callable[[str], tuple[dict, str]] = field(default=None)
+    # train.py Config fields this env's maker takes: {config field: make keyword} (ALFWorld's
+    # --preset); demo_kwargs: the same for the warm start's demonstrations only (--bc-expert)
+    config_kwargs: dict[str, str] = field(default_factory=dict)
+    demo_kwargs: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.backend is None:
+            self.backend = lambda b: builtin_backend(self.name, b)
+
+
+def builtin_backend(name: str, backend: str) -> tuple[dict, str]:
+    """--env-backend for an env that has only its built-in version."""
+    if backend == "real":
+        raise ValueError(f"--env-backend real: env {name} has no real backend (only its built-in one)")
+    return {}, f"{name}: built-in"
+
+
+def builtin_or_real(name: str, backend: str) -> tuple[dict, str]:
+    """--env-backend for an env whose maker takes backend="builtin"|"real" (auto = builtin)."""
+    b = "builtin" if backend == "auto" else backend
+    return {"backend": b}, f"{name}: backend {b}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,106 +217,21 @@ def compact_prompt(v: PromptInput, history_len: int = 2) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# PivotEnv: a controlled environment for testing verification and judges
-# ---------------------------------------------------------------------------------------------
-class PivotEnv:
-    """One decision decides success, with known probabilities.
-
-    The episode walks a corridor of `n_steps` rooms. At room `pivot` the agent must `take key`
-    (the pivotal decision); every other room admits `go forward` (and `take key` elsewhere does
-    nothing useful). At the last room the door opens with probability `p_with_key` if the key is
-    held, else `p_without` — drawn from the env's own seeded RNG, which is part of the snapshot, so
-    restore + replay is exact. Under any policy π the analytic values are
-        V(s_pre)  = π(take key | pivot room)·p_with_key + (1−π(...))·p_without
-        V(s_post) = p_with_key            (after taking the key, the rest is forced)
-    which the verification tests compare Δ̂ against.
-    """
-    name = "pivot"
-
-    def __init__(self, split: str = "train", seed: int = 0, n_steps: int = 4, pivot: int = 1,
-                 p_with_key: float = 0.9, p_without: float = 0.1):
-        self.n_steps, self.pivot = n_steps, pivot
-        self.p_with_key, self.p_without = p_with_key, p_without
-        self.max_steps = n_steps + 2
-        self.seed, self.split = seed, split
-        self.room, self.key, self.steps, self.done, self.won = 0, False, 0, False, False
-        self.rng = np.random.default_rng(seed)
-
-    def _obs(self) -> str:
-        return f"You are in room {self.room + 1}." + (" A key lies here." if self.room == self.pivot and not self.key else "")
-
-    def _info(self) -> dict:
-        adm = ["go forward"] + (["take key"] if self.room == self.pivot and not self.key else [])
-        return {"task": "reach the end and open the door.", "task_type": "pivot",
-                "admissible": adm, "won": self.won, "score": float(self.won)}
-
-    def reset(self, task: int) -> tuple[str, dict]:
-        self.rng = np.random.default_rng([self.seed, task])
-        self.room, self.key, self.steps, self.done, self.won = 0, False, 0, False, False
-        return self._obs() + "\n\nYour task is to: reach the end and open the door.", self._info()
-
-    def step(self, action: str) -> tuple[str, float, bool, dict]:
-        if self.done:
-            return "Nothing happens.", 0.0, True, self._info()
-        self.steps += 1
-        a = action.strip()
-        if a == "take key" and self.room == self.pivot and not self.key:
-            self.key, obs = True, "You pick up the key."
-        elif a == "go forward":
-            self.room += 1
-            if self.room >= self.n_steps:
-                p = self.p_with_key if self.key else self.p_without
-                self.won = bool(self.rng.random() < p)
-                self.done = True
-                obs = "The door opens." if self.won else "The door stays shut."
-            else:
-                obs = self._obs()
-        else:
-            obs = "Nothing happens."
-        if self.steps >= self.max_steps:
-            self.done = True
-        return obs, float(self.won and self.done), self.done, self._info()
-
-    def reseed(self, seed: int) -> None:
-        """Fresh future randomness (the door draw) for a continuation from a snapshot."""
-        self.rng = np.random.default_rng(seed)
-
-    def expert_action(self) -> str:
-        return "take key" if self.room == self.pivot and not self.key else "go forward"
-
-    def snapshot(self) -> Any:
-        return (self.room, self.key, self.steps, self.done, self.won, self.rng.bit_generator.state)
-
-    def restore(self, snap: Any) -> None:
-        self.room, self.key, self.steps, self.done, self.won, st = snap
-        self.rng = np.random.default_rng()
-        self.rng.bit_generator.state = st
-
-
-def _pivot_vocab() -> list[str]:
-    return ["You are in room 0123456789.", "A key lies here.", "Your task is to: reach the end and open the door.",
-            "You pick up the key.", "The door opens.", "The door stays shut.", "Nothing happens.",
-            "go forward", "take key"]
-
-
-# ---------------------------------------------------------------------------------------------
 # Registry
 # ---------------------------------------------------------------------------------------------
+# envs.py <-> keydoor / webshop / searchqa is the one documented import exception to a one-way
+# import graph: those modules import envs (EnvSpec, EnvOption, prompts, parsing) and the registry
+# imports them back, lazily inside these functions (household too), so importing envs never
+# imports an env module.
 def _alfworld_spec() -> EnvSpec:
-    import household  # built-in simulator; the real engine lives in alfworld_tw.py
+    import alfworld_tw  # chooses the backend: the real engine or the built-in simulator
+    import household
     return EnvSpec(
-        name="alfworld", make=household.make_alfworld, splits=household.SPLITS,
+        name="alfworld", make=alfworld_tw.make_alfworld, splits=household.SPLITS,
         num_tasks=household.num_tasks, vocabulary=household.vocabulary,
         chat_prompt=alfworld_chat_prompt, compact_prompt=compact_prompt, parse=parse_action_tag,
-        task_types=household.TASK_TYPES)
-
-
-def _pivot_spec() -> EnvSpec:
-    return EnvSpec(
-        name="pivot", make=lambda split="train", seed=0, **kw: PivotEnv(split, seed, **kw),
-        splits=("train", "test"), num_tasks=lambda split: None if split == "train" else 64,
-        vocabulary=_pivot_vocab, chat_prompt=compact_prompt, compact_prompt=compact_prompt,
-        parse=parse_action_tag, task_types=("pivot",))
+        task_types=household.TASK_TYPES, backend=alfworld_tw.backend_kwargs,
+        config_kwargs={"preset": "preset"}, demo_kwargs={"bc_expert": "expert"})
 
 
 def _webshop_spec() -> EnvSpec:
@@ -308,11 +244,16 @@ def _searchqa_spec() -> EnvSpec:
     return searchqa.SPEC
 
 
+def _keydoor_spec() -> EnvSpec:
+    import keydoor
+    return keydoor.SPEC
+
+
 ENVS: dict[str, Callable[[], EnvSpec]] = {
     "alfworld": _alfworld_spec,
     "webshop": _webshop_spec,
     "searchqa": _searchqa_spec,
-    "pivot": _pivot_spec,
+    "keydoor": _keydoor_spec,
 }
 
 

@@ -25,11 +25,9 @@ and the weighted sum is divided by the number of trajectories — the mean over 
 one's token mean (verl's "seq-mean-token-mean" with the whole multi-turn trajectory as the
 sequence). Why: in ALFWorld a failure usually runs to the 50-step limit and a success ends early,
 so under token-mean the failures' (negative) tokens outweigh the successes' (positive) ones by
-their length ratio (~2.5× here) although the advantages of a group sum to zero; the gradient is
-mostly "make what failures did less likely". Measured on ALFWorld (README Results, 3 seeds of 30
-minutes, each policy re-evaluated on 4 × 140 held-out episodes): gains of +12.9/+13.6/+15.7 points
-with traj-mean vs +13.9/+11.4/+11.8 with token-mean — +1.7 on average, inside the noise (±2.8
-per seed), so token-mean stays the default.
+their length ratio although the advantages of a group sum to zero; the gradient is mostly "make
+what failures did less likely". Token-mean stays the default: on ALFWorld traj-mean's gain over
+it was within the noise between seeds (see results/LOG.md, "Per-trajectory loss weighting").
 
 Letters used in shape comments: N = groups, G = group size, B = rows (one row per trajectory
 turn: prompt + that turn's action), T = padded row length.
@@ -42,12 +40,13 @@ Deviations, numbered:
     advantage only, which is what subtracting it from that turn-row's score does in verl-agent.
     OURS, off by default: the same kind of penalty, `--inadmissible-penalty`, for a well-formed
     action that is not in the env's admissible list (verl-agent penalises the format only). Why
-    one would: the warm-started tiny policy names absent objects and places in ~2/3 of its ALFWorld
-    turns ("Nothing happens."), and the trajectory outcome alone did not move that share in 200
-    updates (68% → 68%): successes and failures both contain such turns, so their group contrast
-    says little about them. Measured (seed 1, 70 updates, 0.1): the share fell to ~0.6, success
-    did not visibly change, and updates got ~40% slower (penalised rows of all-equal groups are
-    trained too). The penalty is on advantages only: outcomes R, and so verification, are unchanged.
+    one would: the warm-started tiny policy often names absent objects and places in its ALFWorld
+    turns ("Nothing happens."), and the trajectory outcome alone hardly moves that share:
+    successes and failures both contain such turns, so their group contrast says little about
+    them. Off by default because it did not raise success and makes updates slower (penalised rows
+    of all-equal groups are trained too; see results/LOG.md, "Oracle-era trials: mini-batches,
+    inadmissible penalty, lr, a memoryful searching expert"). The penalty is on advantages only:
+    outcomes R, and so verification, are unchanged.
  3. Rows whose advantage is exactly 0 carry no policy gradient; with `kl_coef == 0` they are
     dropped before the forward pass (a large CPU saving: most groups are all-success or
     all-failure). They still count in the token-mean's denominator, so the loss is exactly the
@@ -64,6 +63,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+import dist
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,8 +152,9 @@ def collate(rows: list[Row], pad_id: int):
 def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
                    temperature: float = 1.0) -> torch.Tensor:
     """log π(ids[:, j+1] | ids[:, :j+1]) at the masked positions, zero elsewhere: (B, T-1).
-    The LM head and softmax run only on masked (action) positions — ~10x fewer than all
-    positions here, and the head over the vocabulary is the most expensive layer of a tiny model.
+    The LM head and softmax run only on masked (action) positions — a small fraction of all
+    positions (actions are short next to their prompts), and the head over the vocabulary is the
+    most expensive layer of a tiny model.
     The temperature matches the one used for sampling so ρ compares the same distributions."""
     lm = model.get_base_model() if hasattr(model, "get_base_model") else model        # PEFT/LoRA
     h = lm.base_model(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]   # (B, T-1, H)
@@ -204,25 +206,6 @@ class UpdateCfg:
     micro_tokens: int = 8192       # padded tokens per forward pass (memory knob)
     minibatches: int = 1           # optimizer steps per rollout batch (see `update`)
     bf16: bool = False             # bf16 autocast for the forward passes (real models on GPU)
-
-
-def _all_reduce(x: torch.Tensor) -> torch.Tensor:
-    """Sum over data-parallel ranks (identity in a single process)."""
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(x)
-    return x
-
-
-def all_reduce_grads(model) -> list:
-    """Sum the trainable parameters' gradients over data-parallel ranks (a rank with no rows of its
-    own contributes zeros); returns those parameters."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        _all_reduce(p.grad)
-    return params
 
 
 def minibatch_of(group_id: int, traj_id: int, start_step: int, turn: int, minibatches: int) -> int:
@@ -290,7 +273,7 @@ def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=Non
     # counts summed over ranks in one call: the loss denominator is the weighted count of every
     # action token of the batch (deviation 3; token-mean: the tokens, traj-mean: the trajectories);
     # n_trained the (unweighted) tokens of the rows kept; n_rows the rows kept
-    counts = _all_reduce(torch.tensor([float(sum(r.weight * len(r.action_ids) for r in rows)),
+    counts = dist.all_reduce(torch.tensor([float(sum(r.weight * len(r.action_ids) for r in rows)),
                                        float(sum(len(r.action_ids) for r in kept)), float(len(kept))],
                                       dtype=torch.float64, device=dev))
     n_tok, n_trained, n_rows = float(counts[0].item()), int(round(counts[1].item())), int(round(counts[2].item()))
@@ -317,8 +300,8 @@ def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=Non
         loss.backward()
         agg += torch.tensor([loss.item(), st["clipfrac"], st["kl"], st["ratio"]], device=dev)
         i = j
-    params = all_reduce_grads(model)
-    _all_reduce(agg)
+    params = dist.all_reduce_grads(model)
+    dist.all_reduce(agg)
     gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
     total = agg[0].item()
     skipped = not (math.isfinite(total) and math.isfinite(float(gn)))

@@ -8,7 +8,7 @@ offline on a laptop CPU. Everything an agent can observe is meant to be string-i
 the real engine prints for the same household: `tests/test_alfworld_equivalence.py` exports our
 games as `game.tw-pddl` files (see `alfworld_tw.py`) and plays them on the real engine step by step.
 
-    env = make_alfworld("train", seed=0, preset="small")
+    env = Household("train", seed=0, preset="small")   # or alfworld_tw.make_alfworld (backend choice)
     obs, info = env.reset(task=3)          # info: task, task_type, admissible, won, score
     obs, r, done, info = env.step("go to fridge 1")
     env.expert_action()                    # next action of a replanning expert (BC / tests only):
@@ -666,8 +666,9 @@ class Household:
         """An expert that only uses what the agent can see, so a policy can imitate it exactly.
 
         Why: the oracle below walks straight to a hidden object. A policy cloned from it can only
-        learn where objects *usually* are; when the object is elsewhere it has never seen a search
-        (measured: most failures of the RL-trained default policy never picked anything up).
+        learn where objects *usually* are; when the object is elsewhere it has never seen a search,
+        so it fails before it finds anything to pick up (see results/LOG.md, "The warm start's
+        expert: searching vs oracle").
         This expert is a function of the prompt the policy sees (task, current observation,
         admissible list), with no memory beyond the current location:
           * a needed object (goal object; for look tasks, after that, the goal lamp) visible here
@@ -800,23 +801,3 @@ def vocabulary() -> list[str]:
 _ALFRED_EXTRA_NAMES = ("bathtub blinds boots chair curtains footstool houseplant laundryhamperlid lightswitch mirror "
                        "painting papertowelroll poster scrubbrush showerdoor showerglass sink stoveknob teddybear "
                        "television window faucet sliced").split()
-
-
-def make_alfworld(split: str = "train", seed: int = 0, preset: str = "small", backend: str = "builtin",
-                  data_dir: str | None = None, max_steps: int = 50, expert: str = "search"):
-    """ALFWorld env for envs.py. backend: "builtin" (this simulator), "real" (the alfworld engine on
-    official games under data_dir/$ALFWORLD_DATA; a clear error if missing) or "auto" (real when
-    the official games are there, else builtin). The chosen backend and a one-line message are on
-    `env.backend` / `env.backend_line` (the trainer prints and records them). expert: the built-in
-    simulator's `expert_action` ("search" | "oracle", see Household.search_action)."""
-    line = "ALFWorld: using the built-in simulator"
-    if backend != "builtin":
-        import alfworld_tw                                  # optional: only when asked for
-        backend, line = alfworld_tw.resolve_backend(backend, data_dir)
-        if backend == "real":
-            env = alfworld_tw.RealAlfworld(split=split, seed=seed, data_dir=data_dir, max_steps=max_steps)
-            env.backend, env.backend_line = backend, line
-            return env
-    env = Household(split=split, seed=seed, preset=preset, max_steps=max_steps, expert=expert)
-    env.backend, env.backend_line = "builtin", line
-    return env

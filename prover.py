@@ -19,9 +19,9 @@ is written to `segments.md` in the run directory so a reader can see which decis
 """
 from __future__ import annotations
 
-import os
 from collections import Counter
 
+import rundir
 import verify
 from rollout import shortest_success
 
@@ -67,16 +67,14 @@ def credit(groups, adv, run) -> dict:
         st["seg_turns"] += p.end_turn - p.start_turn + 1
         # 4. credit (only if the segment verifiably helps)
         applied = v.delta > cfg.margin
+        run.proposals.append((g, sid, p.start_turn, p.end_turn, v.delta, applied))   # (for lab.py's hit rate)
         if applied:
             st["credited"] += 1
             for t in range(p.start_turn, p.end_turn + 1):
                 adv[g][sid][t] += cfg.lam * v.delta
         report.append(segment_report(run.step, group, sid, jr, v, applied))
     if report:
-        with open(os.path.join(run.out, "segments.md"), "a") as f:
-            if f.tell() == 0:
-                f.write(SEGMENTS_HEADER)
-            f.write("".join(r + "\n" for r in report))
+        rundir.append_segments(run.out, SEGMENTS_HEADER, [r + "\n" for r in report])
     n_valid = st["valid"] + st["repaired"]
     out = {f"prover/{k}": v for k, v in st.items() if k != "seg_turns"}
     out.update({"prover/eligible": st["eligible"], "prover/proposals": st["proposals"],

@@ -575,6 +575,7 @@ def chat_prompt(v: envs.PromptInput, history_len: int = 4) -> str:
 SPEC = envs.EnvSpec(
     name="searchqa", make=make, splits=("train", "test"), num_tasks=num_tasks, vocabulary=vocabulary,
     chat_prompt=chat_prompt, compact_prompt=envs.compact_prompt, parse=parse, task_types=TASK_TYPES,
+    backend=lambda b: envs.builtin_or_real("searchqa", b),
     response=lambda a: a)  # actions are already `<search>q</search>` / `<answer>a</answer>`
 
 

@@ -2,29 +2,31 @@
 
     python train.py --env alfworld                     # laptop CPU: tiny policy, built-in games, ProVer
     python train.py --env alfworld --method grpo       # the baseline, same cost accounting
+    python train.py --env keydoor --env-opt rooms=8    # the credit lab (known pivotal decisions)
     python train.py --env alfworld --model Qwen/Qwen3.5-2B --rollout vllm --judge openai   # GPU
     python train.py --help                             # every flag, with its meaning
 
-One iteration (numbered as in the loop below and in DESIGN.md §3):
+One iteration (numbered as in `train()` below and in DESIGN.md §3):
     1. sample `tasks_per_iter` training tasks; roll out G episodes of each with the current policy
     2. GRPO group advantages A_i = R_i − mean_g R, broadcast to every turn of trajectory i
     3. method-specific credit on top (ProVer: judge → verify → +λ·Δ̂ on the segment's turns)
-    4. one PPO-clip update on the action tokens (token-mean), then sync the rollout engine
+    4. one PPO-clip update on the action tokens, then sync the rollout engine
     5. evaluate every `eval_every` updates on a held-out split at low temperature
     6. log a metrics row (metrics.jsonl), redraw curves.png, checkpoint atomically
 
-Run directory (`--out`): config.json, metrics.jsonl, curves.png, segments.md (ProVer,
-CriticSearch), checkpoint/ (HF folder + optimizer + RNG + step). `--resume` continues from it.
+Run directory (`--out`, see rundir.py): config.json, metrics.jsonl, curves.png, segments.md
+(ProVer, CriticSearch), errors.log, checkpoint/. `--resume` continues from the checkpoint.
+Process management (local workers, torchrun, signals) lives in dist.py; the tiny policy's warm
+start in warmstart.py.
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import inspect
-import json
 import os
 import random
-import shutil
 import sys
 import time
 from collections import Counter
@@ -32,6 +34,22 @@ from dataclasses import asdict, dataclass, field, fields
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import baselines  # noqa: E402  (the env variables above must be set before transformers loads)
+import build  # noqa: E402
+import dist  # noqa: E402
+import envs  # noqa: E402
+import grpo  # noqa: E402
+import lab  # noqa: E402
+import prover  # noqa: E402
+import rundir  # noqa: E402
+from rollout import Agent, rollout_groups, spread_tasks  # noqa: E402
+
+# Credit assignment, by --method: fn(groups, adv, run) -> metrics dict; adv[g][i][t] is updated in
+# place (and a method may append groups, e.g. grpo-matched's extra rollouts).
+METHODS = {"grpo": lambda groups, adv, run: {}, "prover": prover.credit, **baselines.METHODS}
+# Methods that explain their credit in segments.md, and the header that file opens with.
+SEGMENT_HEADERS = {"prover": prover.SEGMENTS_HEADER, "criticsearch": baselines.CRITIC_HEADER}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -41,7 +59,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 class Config:
     # --- what to run
     env: str = "alfworld"
-    """benchmark: alfworld | webshop | searchqa (| pivot, the controlled test env)"""
+    """benchmark: alfworld | webshop | searchqa | keydoor (the credit lab: known pivotal decisions)"""
     method: str = "prover"
     """credit assignment: prover | grpo | grpo-matched | gigpo | spo-chain | spo-tree | criticsearch"""
     judge: str = "builtin"
@@ -52,7 +70,7 @@ class Config:
     """generation backend: hf (transformers) | vllm (colocated engine, weights synced after each update)"""
     # --- scale
     iters: int = 200
-    """number of policy updates (ALFWorld: ~30 min on 2 CPU cores with the tiny policy)"""
+    """number of policy updates"""
     group_size: int = 8
     """G: rollouts per task (a GRPO group)"""
     tasks_per_iter: int = 8
@@ -63,6 +81,8 @@ class Config:
     """held-out episodes per evaluation (N tasks spread evenly over the eval split, all task types)"""
     eval_split: str = ""
     """held-out split (default: the env's first held-out split, e.g. valid_seen)"""
+    eval_repeats: int = 1
+    """play each evaluation task this many times with different sampling seeds (less noise per reading)"""
     eval_temperature: float = 0.4
     """sampling temperature at evaluation (verl-agent uses 0.4)"""
     temperature: float = 1.0
@@ -73,9 +93,13 @@ class Config:
     """run directory (default runs/<env>-<method>-s<seed>)"""
     resume: bool = False
     """continue from <out>/checkpoint instead of starting over"""
+    strict: bool = False
+    """re-raise an error in the credit step (tests); off: it is logged to errors.log and confined to its group"""
     checkpoint_every: int = 10
     """write the checkpoint every N updates (and at the end)"""
     # --- env
+    env_opt: list = field(default_factory=list)
+    """KEY=VALUE option of the env, repeatable, checked by the env (e.g. --env-opt rooms=8 --env-opt p_key=0.8 for keydoor)"""
     preset: str = "small"
     """ALFWorld household size: small (CPU default) | full (ALFWorld-like)"""
     env_backend: str = "auto"
@@ -88,7 +112,7 @@ class Config:
     """use the benchmark's full verl-agent chat prompt (default for --model) instead of the compact one"""
     # --- optimisation (grpo.py)
     lr: float = 1e-4
-    """AdamW learning rate (tiny policy: 3e-4 churned and 1e-3 collapsed it here; use ~1e-6 for real LLMs)"""
+    """AdamW learning rate (the tiny policy's default; use ~1e-6 for real LLMs)"""
     lr_final: float = 1.0
     """learning rate at update --iters as a fraction of --lr, reached by linear decay from update 1 (1 = constant)"""
     norm_std: bool = False
@@ -108,7 +132,7 @@ class Config:
     micro_tokens: int = 8192
     """padded tokens per forward pass in the update (memory knob)"""
     loss_agg: str = "token-mean"
-    """loss aggregation: token-mean (every action token alike: verl-agent's) | traj-mean (every trajectory alike: the mean of each trajectory's token mean, so long failures do not outweigh short successes; ALFWorld, 3 seeds: +12.9/+13.6/+15.7 held-out points in 30 minutes vs +13.9/+11.4/+11.8, README Results)"""
+    """loss aggregation: token-mean (every action token alike: verl-agent's) | traj-mean (every trajectory alike: the mean of each trajectory's token mean, so long failures do not outweigh short successes)"""
     minibatches: int = 1
     """optimizer steps per rollout batch: its turns are split into this many mini-batches, one PPO-clip step each (verl's ppo_mini_batch_size; 1 = a single on-policy step)"""
     # --- ProVer (prover.py / verify.py)
@@ -124,7 +148,7 @@ class Config:
     """credit only if Δ̂ > margin (0 = the paper's Δ̂ > 0)"""
     # --- baselines (baselines.py)
     matched_extra: float = 0.4
-    """grpo-matched: extra rollout tokens per update as a share of the rollout tokens (default: ProVer's measured overhead, see baselines.py)"""
+    """grpo-matched: extra rollout tokens per update as a share of the rollout tokens (0.4 = 40% more; default: about ProVer's overhead, see baselines.py)"""
     matched_tokens: int = 0
     """grpo-matched: explicit extra generated tokens per update (overrides matched_extra when > 0)"""
     gigpo_gamma: float = 0.95
@@ -154,15 +178,15 @@ class Config:
     """openai judge: seconds per request"""
     # --- tiny offline policy (policy.py)
     tiny_hidden: int = 64
-    """tiny policy width (128 learned more per update on ALFWorld in one seed of two, at ~2.5x the cost per update and a 4-8 min warm start; see README Results)"""
+    """tiny policy width (attention heads = width / 32)"""
     tiny_layers: int = 2
     """tiny policy depth"""
     bc_episodes: int = 400
     """behaviour cloning: noisy expert episodes"""
     bc_steps: int = 750
-    """behaviour cloning: optimizer steps at most (the target below stops it earlier on purpose: the policy starts imperfect); 750 bounds the ALFWorld warm start to ~5 minutes on the 2-core machines of 2026-11-30/12-01 (~0.28 s a step plus ~7 s a check); one ~1.5x slower machine took 417 s"""
+    """behaviour cloning: optimizer steps at most (the target below stops it earlier on purpose: the policy starts imperfect)"""
     bc_target: float = 0.35
-    """behaviour cloning stops once success at --eval-temperature on 64 unseen training tasks reaches this (checked every 50 steps from step 250), so every seed starts RL from about the same level with room to improve (cloned to convergence the default ALFWorld policy reaches ~65% held-out, 39% with --bc-expert oracle); 0 = run all --bc-steps"""
+    """behaviour cloning stops once success at --eval-temperature on 64 unseen training tasks reaches this (checked every 50 steps from step 250), so every seed starts RL from about the same level with room to improve; 0 = run all --bc-steps"""
     bc_seed: int = -1
     """seed of the warm start (-1 = --seed); fix it to compare RL seeds from one warm-started policy"""
     bc_epsilon: float = 0.3
@@ -196,8 +220,9 @@ class Config:
     """vLLM: max prompt + response tokens"""
 
 
+
 CHOICES = {
-    "env": ["alfworld", "webshop", "searchqa", "pivot"],
+    "env": ["alfworld", "webshop", "searchqa", "keydoor"],
     "method": ["prover", "grpo", "grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch"],
     "judge": ["builtin", "random", "hf", "openai"],
     "rollout": ["hf", "vllm"],
@@ -207,6 +232,19 @@ CHOICES = {
     "device": ["auto", "cpu", "cuda"],
     "reward": ["success", "score"],
     "bc_expert": ["search", "oracle"],
+}
+
+# Per-benchmark defaults: a flag the user does not pass takes its value from here when the
+# benchmark needs something other than the Config default (which is tuned for ALFWorld). Why:
+# WebShop pages are long, so its prompts carry no history, its warm start is shorter and R is its
+# score; SearchQA episodes are ≤ 4 short turns, so it affords more updates; keydoor's corridor is
+# learned in few BC steps and a run is meant to be cheap (many seeds). Their recipes do not use
+# --bc-target (they stop at a fixed number of BC steps).
+ENV_DEFAULTS: dict[str, dict] = {
+    "webshop": {"history_len": 0, "bc_episodes": 200, "bc_steps": 300, "bc_target": 0.0, "reward": "score", "iters": 250},
+    "searchqa": {"bc_steps": 320, "bc_target": 0.0, "iters": 600},
+    "keydoor": {"bc_episodes": 100, "bc_steps": 150, "bc_target": 0.0, "iters": 40, "history_len": 2,
+                "eval_every": 10, "max_new_tokens": 12},
 }
 
 
@@ -225,18 +263,6 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"train.py: error: {message}\n")
 
 
-# Per-benchmark defaults: a flag the user does not pass takes its value from here when the
-# benchmark needs something other than the Config default (which is tuned for ALFWorld). Why:
-# WebShop pages are ~550 tokens, so its prompts carry no history and its warm start is shorter;
-# R is WebShop's score (see --reward); an update takes ~6 s with two workers (250 ≈ 30 min). SearchQA episodes are ≤ 4 short turns (an update took
-# ~2-3 s in one process); its warm start stops at 320 steps, in the middle of the tiny model
-# learning to copy names (~16%). Neither uses --bc-target (their recipes were measured without it).
-ENV_DEFAULTS: dict[str, dict] = {
-    "webshop": {"history_len": 0, "bc_episodes": 200, "bc_steps": 300, "bc_target": 0.0, "reward": "score", "iters": 250},
-    "searchqa": {"bc_steps": 320, "bc_target": 0.0, "iters": 600},
-}
-
-
 def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     epilog = "per-benchmark defaults (used when the flag is not given): " + "; ".join(
         f"{e}: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in d.items()) for e, d in ENV_DEFAULTS.items() if d)
@@ -245,12 +271,15 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     docs = {k: v.replace("%", "%%") for k, v in field_docs(Config).items()}   # argparse %-formats help
     for f in fields(Config):
         flag = "--" + f.name.replace("_", "-")
-        default = argparse.SUPPRESS if suppress_defaults else f.default
-        if f.type in ("bool", bool):
+        default = argparse.SUPPRESS if suppress_defaults else (f.default if f.default_factory is field().default_factory else [])
+        typ = f.type if isinstance(f.type, str) else f.type.__name__
+        if typ == "bool":
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=docs.get(f.name))
+        elif typ == "list":     # repeatable KEY=VALUE (--env-opt)
+            p.add_argument(flag, action="append", metavar="KEY=VALUE", default=default, help=docs.get(f.name))
         else:
-            typ = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str) else f.type.__name__]
-            p.add_argument(flag, type=typ, default=default, choices=CHOICES.get(f.name), help=docs.get(f.name))
+            p.add_argument(flag, type={"int": int, "float": float, "str": str}[typ], default=default,
+                           choices=CHOICES.get(f.name), help=docs.get(f.name))
     return p
 
 
@@ -261,6 +290,47 @@ def parse_args(argv=None) -> Config:
         if k not in given:
             setattr(cfg, k, v)
     return cfg
+
+
+# (field, rule holds?, the rule in words): checked before anything is built
+RULES = [
+    ("iters", lambda v: v >= 0, ">= 0"), ("group_size", lambda v: v >= 2, ">= 2 (a group needs two rollouts to compare)"),
+    ("tasks_per_iter", lambda v: v >= 1, ">= 1"), ("eval_every", lambda v: v >= 0, ">= 0 (0 = never)"),
+    ("eval_episodes", lambda v: v >= 1, ">= 1"), ("eval_repeats", lambda v: v >= 1, ">= 1"),
+    ("eval_temperature", lambda v: v > 0, "> 0"), ("temperature", lambda v: v > 0, "> 0"),
+    ("checkpoint_every", lambda v: v >= 1, ">= 1"), ("max_steps", lambda v: v >= 0, ">= 0 (0 = the benchmark's)"),
+    ("history_len", lambda v: v >= 0, ">= 0"), ("lr", lambda v: v > 0, "> 0"),
+    ("lr_final", lambda v: 0.0 <= v <= 1.0, "a fraction of --lr, must be in [0, 1]"),
+    ("clip", lambda v: v > 0, "> 0"), ("kl_coef", lambda v: v >= 0, ">= 0"),
+    ("max_new_tokens", lambda v: v >= 1, ">= 1"), ("micro_tokens", lambda v: v >= 1, ">= 1"),
+    ("minibatches", lambda v: v >= 1, "must be >= 1 (optimizer steps per rollout batch)"),
+    ("min_success", lambda v: v >= 1, ">= 1"), ("verify_k", lambda v: v >= 1, ">= 1 (continuations per side)"),
+    ("lam", lambda v: v >= 0, ">= 0"), ("spo_interval", lambda v: v >= 1, ">= 1"), ("spo_n", lambda v: v >= 1, ">= 1"),
+    ("spo_tree_branch", lambda v: v >= 2, ">= 2"), ("critic_alpha", lambda v: v >= 0, ">= 0"),
+    ("tiny_hidden", lambda v: v >= 32 and v % 32 == 0, "a multiple of 32"), ("tiny_layers", lambda v: v >= 1, ">= 1"),
+    ("bc_episodes", lambda v: v >= 1, ">= 1"), ("bc_steps", lambda v: v >= 1, ">= 1"),
+    ("bc_target", lambda v: 0.0 <= v <= 1.0, "a success rate, must be in [0, 1]"),
+    ("bc_epsilon", lambda v: 0.0 <= v <= 1.0, "a probability, must be in [0, 1]"),
+    ("bc_slip", lambda v: 0.0 <= v <= 1.0, "a probability, must be in [0, 1]"),
+    ("threads", lambda v: v >= 0, ">= 0 (0 = auto)"), ("judge_timeout", lambda v: v > 0, "> 0"),
+]
+
+
+def validate(cfg: Config) -> dict:
+    """Every rule on the config, before anything is built; returns the parsed --env-opt values.
+    Raises ValueError with one line naming the flag and the rule."""
+    for name, ok, rule in RULES:
+        if not ok(getattr(cfg, name)):
+            raise ValueError(f"--{name.replace('_', '-')} {getattr(cfg, name)}: {rule}")
+    if cfg.max_success < cfg.min_success:
+        raise ValueError(f"--max-success {cfg.max_success}: must be >= --min-success {cfg.min_success}")
+    if cfg.model and os.path.isfile(os.path.expanduser(cfg.model)):
+        raise ValueError(f"--model {cfg.model}: is a file; give a model folder (config.json + weights) or a hub id")
+    if cfg.model and os.path.isdir(os.path.expanduser(cfg.model)) and not os.path.exists(os.path.join(os.path.expanduser(cfg.model), "config.json")):
+        raise ValueError(f"--model {cfg.model}: folder has no config.json (not a Hugging Face model folder)")
+    spec = envs.get_spec(cfg.env)
+    opts = envs.parse_env_opts(spec, cfg.env_opt)
+    return opts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,282 +347,13 @@ class Run:
     judge: object | None
     out: str
     step: int = 0
-    log: list = field(default_factory=list)
+    proposals: list = field(default_factory=list)   # this update's judged segments (prover.py; lab.py reads them)
 
     def envs(self, n: int) -> list:
         """At least n spare envs (grown on demand)."""
         while len(self.pool) < n:
             self.pool.append(self.spec.make(split=self.spec.splits[0], seed=self.cfg.seed, **self.env_kwargs))
         return self.pool[:n]
-
-
-def env_setup(cfg: Config, log):
-    import envs
-    spec = envs.get_spec(cfg.env)
-    kw: dict = {}
-    backend_line = "built-in"
-    if cfg.env == "alfworld":
-        import alfworld_tw
-        resolved, backend_line = alfworld_tw.resolve_backend(cfg.env_backend, None)
-        kw = {"preset": cfg.preset, "backend": resolved}
-    elif cfg.env in ("webshop", "searchqa"):
-        kw = {"backend": "builtin" if cfg.env_backend == "auto" else cfg.env_backend}
-        backend_line = f"{cfg.env}: backend {kw['backend']}"
-    if cfg.max_steps:
-        kw["max_steps"] = cfg.max_steps
-    log(backend_line)
-    eval_split = cfg.eval_split or spec.splits[1]
-    if eval_split not in spec.splits:
-        raise ValueError(f"--eval-split {eval_split!r}: env {cfg.env} has splits {list(spec.splits)}")
-    return spec, kw, backend_line, eval_split
-
-
-def model_setup(cfg: Config, spec, env_kw, log):
-    import policy
-    if cfg.model:
-        model, tok = policy.load_hf(cfg.model)
-        return model, tok, cfg.model
-    tiny = policy.TinyConfig(hidden=cfg.tiny_hidden, layers=cfg.tiny_layers, heads=max(2, cfg.tiny_hidden // 32),
-                             kv_heads=max(1, cfg.tiny_hidden // 64), intermediate=3 * cfg.tiny_hidden)
-    bc = policy.BCConfig(episodes=cfg.bc_episodes, steps=cfg.bc_steps, epsilon=cfg.bc_epsilon, slip=cfg.bc_slip,
-                         target=cfg.bc_target, check_temperature=cfg.eval_temperature)
-    bc_seed = cfg.seed if cfg.bc_seed < 0 else cfg.bc_seed
-    # the RL step limit does not change the expert's demonstrations: keep it out of the cache key
-    bc_env_kw = {k: v for k, v in env_kw.items() if k != "max_steps"}
-    if cfg.env == "alfworld":
-        bc_env_kw["expert"] = cfg.bc_expert
-    model, tok, folder = policy.tiny_policy(spec, bc_env_kw, tiny, bc, bc_seed, cfg.cache_dir, cfg.history_len, log)
-    return model, tok, folder
-
-
-def model_extras(cfg: Config, model, device):
-    """LoRA / gradient checkpointing / device placement for the policy being trained."""
-    if cfg.grad_ckpt:
-        model.gradient_checkpointing_enable()
-    if cfg.lora_r and not hasattr(model, "peft_config"):
-        try:
-            from peft import LoraConfig, get_peft_model
-        except ImportError:
-            raise ImportError("--lora-r needs peft: pip install peft") from None
-        model = get_peft_model(model, LoraConfig(
-            r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
-            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
-    return model.to(device)
-
-
-def dist_setup(cfg: Config):
-    """torchrun → (rank, world). Each rank owns whole groups; see grpo.update for the gradients."""
-    import torch
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
-        return 0, 1
-    import torch.distributed as dist
-    use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and cfg.model and torch.cuda.is_available())
-    if use_cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    return dist.get_rank(), world
-
-
-def barrier():
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-
-
-def gather(obj, world: int) -> list:
-    """All ranks' objects (rank order); [obj] in a single process."""
-    if world == 1:
-        return [obj]
-    import torch.distributed as dist
-    out = [None] * world
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def generator_setup(cfg: Config, model, tok, model_dir: str):
-    import policy
-    if cfg.rollout == "hf":
-        return policy.HFGenerator(model, tok)
-    try:
-        import vllm_rollout
-    except ImportError as e:
-        raise ImportError(str(e).splitlines()[0]) from None
-    if cfg.lora_r:
-        raise ValueError("--rollout vllm with --lora-r is not supported yet (the engine would need merged weights each sync)")
-    import torch
-    on_gpu = torch.cuda.is_available()
-    max_len = min(cfg.vllm_max_len, getattr(model.config, "max_position_embeddings", cfg.vllm_max_len))
-    g = vllm_rollout.VLLMGenerator(model_dir, policy.stop_ids(tok), seed=cfg.seed, max_model_len=max_len,
-                                   gpu_memory_utilization=cfg.vllm_gpu_mem,
-                                   kv_cache_bytes=None if on_gpu else cfg.vllm_kv_bytes)
-    g.sync(model)
-    return g
-
-
-def judge_setup(cfg: Config, model, tok):
-    if cfg.method not in ("prover", "criticsearch"):
-        return None
-    import judge
-    kw: dict = {}
-    if cfg.judge == "random":
-        kw["seed"] = cfg.seed
-    elif cfg.judge == "openai":
-        kw.update(base_url=cfg.judge_url or None, model=cfg.judge_model or None, timeout=cfg.judge_timeout)
-    elif cfg.judge == "hf":
-        if cfg.judge_model:
-            import policy
-            jm, jt = policy.load_hf(cfg.judge_model)
-            kw.update(model=jm, tokenizer=jt)
-        else:
-            kw.update(model=model, tokenizer=tok)
-    return judge.make_judge(cfg.judge, **kw)
-
-
-# ---------------------------------------------------------------------------------------------
-# Checkpoints (atomic) and metrics
-# ---------------------------------------------------------------------------------------------
-def save_checkpoint(out: str, model, tok, opt, step: int, counter: Counter, rng_state: dict):
-    import torch
-    final, tmp, old = (os.path.join(out, n) for n in ("checkpoint", "checkpoint.tmp", "checkpoint.old"))
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)                      # config + model.safetensors
-    tok.save_pretrained(tmp)
-    torch.save({"optimizer": opt.state_dict(), "rng": rng_state}, os.path.join(tmp, "trainer.pt"))
-    with open(os.path.join(tmp, "state.json"), "w") as f:
-        json.dump({"step": step, "counter": dict(counter)}, f)
-    # swap: a crash at any point leaves `checkpoint` or `checkpoint.old` complete
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.exists(final):
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def load_checkpoint(out: str, base_model: str = ""):
-    """(model, tok, trainer state, step, counter). One clear error if it is missing or corrupt.
-    A LoRA checkpoint holds only the adapters: they are applied to `base_model` (--model), or to
-    the base recorded in the adapter's config."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    d = os.path.join(out, "checkpoint")
-    if not os.path.isdir(d) and os.path.isdir(d + ".old"):
-        d = d + ".old"
-    if not os.path.isdir(d):
-        raise FileNotFoundError(f"--resume: no checkpoint in {out}")
-    try:
-        with open(os.path.join(d, "state.json")) as f:
-            st = json.load(f)
-        tok = AutoTokenizer.from_pretrained(d, padding_side="left")
-        if os.path.exists(os.path.join(d, "adapter_config.json")):
-            from peft import PeftModel
-            base_model = base_model or json.load(open(os.path.join(d, "adapter_config.json")))["base_model_name_or_path"]
-            model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32),
-                                              d, is_trainable=True)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
-        tr = torch.load(os.path.join(d, "trainer.pt"), weights_only=False)
-    except Exception as e:  # any unreadable part means the checkpoint is unusable
-        raise ValueError(f"--resume: corrupt checkpoint {d}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
-    return model, tok, tr, st["step"], Counter(st["counter"])
-
-
-def rng_state(py_rng: random.Random) -> dict:
-    import numpy as np
-    import torch
-    return {"py": py_rng.getstate(), "torch": torch.get_rng_state(), "np": np.random.get_state()}
-
-
-def plot_curves(out: str, rows: list[dict]):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-    tok_cum, cum = [], 0
-    for r in rows:
-        cum += r.get("tokens/rollout", 0) + r.get("tokens/verify", 0) + r.get("tokens/judge", 0)
-        tok_cum.append(cum)
-    steps = [r["step"] for r in rows]
-    for a, xs, xl in ((ax[0], steps, "policy updates"), (ax[1], tok_cum, "generated tokens (rollout + verify + judge)")):
-        a.plot(xs, [r.get("train/success", float("nan")) for r in rows], alpha=0.4, label="train rollouts")
-        ev = [(x, r["eval/success"]) for x, r in zip(xs, rows) if "eval/success" in r]
-        if ev:
-            a.plot(*zip(*ev), "o-", label="held-out eval")
-        a.set_xlabel(xl)
-        a.set_ylabel("success rate")
-        a.set_ylim(-0.02, 1.02)
-        a.grid(alpha=0.3)
-        a.legend()
-    fig.suptitle(os.path.basename(os.path.normpath(out)))
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "curves.png.tmp.png"), dpi=90)
-    plt.close(fig)
-    os.replace(os.path.join(out, "curves.png.tmp.png"), os.path.join(out, "curves.png"))
-
-
-def read_metrics(path: str, upto: int | None = None) -> list[dict]:
-    rows = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    try:
-                        r = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line cut by a crash
-                    if upto is None or r.get("step", 0) <= upto:
-                        rows.append(r)
-    return rows
-
-
-# ---------------------------------------------------------------------------------------------
-# Evaluation
-# ---------------------------------------------------------------------------------------------
-def evaluate(agent, spec, env_kw, split: str, n: int, temperature: float, seed: int, eval_envs: list,
-             rank: int = 0, world: int = 1) -> dict:
-    """Held-out success at low temperature. With several workers each evaluates every world-th
-    task and rank 0 merges them; episode seeds come from the task's global position, so the
-    result does not depend on the number of workers. Every rank must call it."""
-    from rollout import rollout_groups, spread_tasks
-    tasks = spread_tasks(spec.num_tasks(split), n)   # every task type in proportion even when n < the split
-    n = len(tasks)
-    mine = list(range(rank, n, world))
-    while len(eval_envs) < len(mine):
-        eval_envs.append(spec.make(split=split, seed=seed, **env_kw))
-    tok0 = agent.counter["tokens/eval"]
-    groups = rollout_groups(agent, eval_envs, [tasks[i] for i in mine], 1, temperature, seed=seed + 7,
-                            purpose="eval", keep_states=False, positions=mine) if mine else []
-    local = {"eps": [(g[0].success, g[0].score, len(g[0].turns), g[0].task_type) for g in groups],
-             "tokens": agent.counter["tokens/eval"] - tok0}
-    parts = gather(local, world)
-    eps = [e for p in parts for e in p["eps"]]
-    m = {"eval/success": sum(e[0] for e in eps) / n, "eval/score": sum(e[1] for e in eps) / n,
-         "eval/episode_len": sum(e[2] for e in eps) / n, "tokens/eval": sum(p["tokens"] for p in parts)}
-    by = {}
-    for e in eps:
-        by.setdefault(e[3], []).append(e[0])
-    for k, v in sorted(by.items()):
-        m[f"eval/success/{k}"] = sum(v) / len(v)
-    return m
-
-
-# ---------------------------------------------------------------------------------------------
-# The loop
-# ---------------------------------------------------------------------------------------------
-def credit_methods():
-    methods = {"grpo": lambda groups, adv, run: {}}
-    try:
-        import prover
-        methods["prover"] = prover.credit
-    except ImportError:
-        pass
-    try:
-        import baselines
-        methods.update(baselines.METHODS)
-    except ImportError:
-        pass
-    return methods
 
 
 @dataclass
@@ -575,51 +376,34 @@ class Trainer:
     rows: list                        # metrics rows so far (rank 0)
     start: int
     wall0: float = 0.0                # run time before this process (--resume): time/wall_s accumulates
+    probe: object = None              # lab.Probe in the credit lab (fixed pivot-room prompts), else None
 
 
 def setup(cfg: Config, log) -> Trainer:
     import torch
-    import grpo
-    from rollout import Agent
-    rank, world = dist_setup(cfg)
+    use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and bool(cfg.model) and torch.cuda.is_available())
+    rank, world = dist.init(use_cuda)
     torch.set_num_threads(cfg.threads or ((os.cpu_count() or 1) // world if cfg.model else 1))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    methods = credit_methods()
-    if cfg.method not in methods:
-        raise ValueError(f"--method {cfg.method}: not available in this build (have {sorted(methods)})")
-    if cfg.minibatches < 1:
-        raise ValueError(f"--minibatches {cfg.minibatches}: must be >= 1 (optimizer steps per rollout batch)")
-    if not 0.0 <= cfg.lr_final <= 1.0:
-        raise ValueError(f"--lr-final {cfg.lr_final}: a fraction of --lr, must be in [0, 1]")
-    for name in ("bc_epsilon", "bc_slip"):          # chances per demo step
-        if not 0.0 <= getattr(cfg, name) <= 1.0:
-            raise ValueError(f"--{name.replace('_', '-')} {getattr(cfg, name)}: a probability, must be in [0, 1]")
-    spec, env_kw, backend_line, eval_split = env_setup(cfg, log)
-    device = cfg.device if cfg.device != "auto" else ("cuda" if cfg.model and torch.cuda.is_available() else "cpu")
-    if device == "cuda":
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    spec, env_kw, backend_line, eval_split = build.env_setup(cfg, log)
+    device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if use_cuda else "cpu"
     start, counter, trainer_state = 0, Counter(), None
     if cfg.resume:
-        model, tok, trainer_state, start, counter = load_checkpoint(cfg.out, cfg.model)
+        model, tok, trainer_state, start, counter = rundir.load_checkpoint(cfg.out, cfg.model)
         model_dir = os.path.join(cfg.out, "checkpoint")
         log(f"resuming from {cfg.out}/checkpoint at step {start}")
-    else:
-        # every rank: a tiny warm start is built data-parallel (policy.bc_train), then loaded alike
-        model, tok, model_dir = model_setup(cfg, spec, env_kw, log)
-    model = model_extras(cfg, model, device)
-    gen = generator_setup(cfg, model, tok, model_dir)
+    else:   # every rank: a tiny warm start is built data-parallel (warmstart.bc_train), then loaded alike
+        model, tok, model_dir = build.model_setup(cfg, spec, env_kw, log)
+    model = build.model_extras(cfg, model, device)
+    gen = build.generator_setup(cfg, model, tok, model_dir)
     agent = Agent(gen, tok, spec, compact=not (cfg.chat_prompt or cfg.model), history_len=cfg.history_len,
                   max_new_tokens=cfg.max_new_tokens, reward=cfg.reward, counter=counter)
-    run = Run(cfg, agent, spec, env_kw, [], judge_setup(cfg, model, tok), cfg.out, start)
+    run = Run(cfg, agent, spec, env_kw, [], build.judge_setup(cfg, model, tok), cfg.out, start)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
-    ucfg = grpo.UpdateCfg(clip_low=cfg.clip, clip_high=cfg.clip, kl_coef=cfg.kl_coef,
-                          temperature=cfg.temperature, micro_tokens=cfg.micro_tokens, bf16=cfg.bf16,
-                          minibatches=cfg.minibatches)
-    ref = None
-    if cfg.kl_coef > 0:
-        import copy
-        ref = copy.deepcopy(model).eval().requires_grad_(False)
+    ucfg = grpo.UpdateCfg(clip_low=cfg.clip, clip_high=cfg.clip, kl_coef=cfg.kl_coef, temperature=cfg.temperature,
+                          micro_tokens=cfg.micro_tokens, bf16=cfg.bf16, minibatches=cfg.minibatches)
+    ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
     py_rng = random.Random(cfg.seed)
     if trainer_state is not None:
         opt.load_state_dict(trainer_state["optimizer"])
@@ -627,43 +411,147 @@ def setup(cfg: Config, log) -> Trainer:
         torch.set_rng_state(trainer_state["rng"]["torch"])
     rows = []
     if rank == 0:
-        rows = write_run_files(cfg, backend_line, eval_split, model_dir, env_kw, start)
+        resolved = dict(asdict(cfg), env_backend_resolved=backend_line, eval_split_resolved=eval_split,
+                        model_dir=model_dir, env_kwargs=env_kw, world_size=world)
+        rows = rundir.start_files(cfg.out, resolved, start, SEGMENT_HEADERS.get(cfg.method))
     n_local = len(range(rank, cfg.tasks_per_iter, world))
     train_envs = [spec.make(split=spec.splits[0], seed=cfg.seed, **env_kw) for _ in range(n_local * cfg.group_size)]
     wall0 = float(rows[-1].get("time/wall_s", 0.0)) if start > 0 and rows else 0.0
+    probe = lab.make_probe(agent, spec, env_kw, cfg.seed, cfg.temperature)
     return Trainer(cfg, rank, world, model, tok, opt, gen, run, ucfg, ref, py_rng, train_envs, [], eval_split, rows,
-                   start, wall0)
+                   start, wall0, probe)
 
 
-def write_run_files(cfg: Config, backend_line, eval_split, model_dir, env_kw, start) -> list[dict]:
-    """config.json, an empty segments.md (ProVer/CriticSearch), metrics.jsonl cut at `start`."""
-    resolved = dict(asdict(cfg), env_backend_resolved=backend_line, eval_split_resolved=eval_split,
-                    model_dir=model_dir, env_kwargs=env_kw, world_size=int(os.environ.get("WORLD_SIZE", "1")))
-    with open(os.path.join(cfg.out, "config.json"), "w") as f:
-        json.dump(resolved, f, indent=1)
-    if cfg.method == "prover":  # (CriticSearch writes its own header on its first entry)
-        import prover
-        seg = os.path.join(cfg.out, "segments.md")
-        if not os.path.exists(seg):
-            with open(seg, "w") as f:
-                f.write(prover.SEGMENTS_HEADER)
-    mpath = os.path.join(cfg.out, "metrics.jsonl")
-    rows = read_metrics(mpath, upto=start) if start > 0 else []   # a fresh run into an old --out starts over
-    with open(mpath, "w") as f:  # drop rows past the checkpoint (a resumed run re-does them)
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-    return rows
+# ---------------------------------------------------------------------------------------------
+# The steps of one iteration
+# ---------------------------------------------------------------------------------------------
+def evaluate(tr: Trainer) -> dict:
+    """5. Held-out success at --eval-temperature: `eval_episodes` tasks spread over the split, each
+    played `eval_repeats` times with its own sampling seeds. With several workers each plays every
+    world-th task and the results are gathered; episode seeds come from the task's global position,
+    so the result does not depend on the number of workers. Every rank must call it."""
+    cfg, agent, spec = tr.cfg, tr.run.agent, tr.run.spec
+    tasks = spread_tasks(spec.num_tasks(tr.eval_split), cfg.eval_episodes)   # every task type in proportion
+    mine = list(range(tr.rank, len(tasks), tr.world))
+    R = cfg.eval_repeats
+    while len(tr.eval_envs) < len(mine) * R:
+        tr.eval_envs.append(spec.make(split=tr.eval_split, seed=cfg.seed, **tr.run.env_kwargs))
+    tok0 = agent.counter["tokens/eval"]
+    groups = rollout_groups(agent, tr.eval_envs, [tasks[i] for i in mine], R, cfg.eval_temperature, seed=cfg.seed + 7,
+                            purpose="eval", keep_states=False, positions=mine) if mine else []
+    local = {"eps": [(t.success, t.score, len(t.turns), t.task_type) for g in groups for t in g],
+             "tokens": agent.counter["tokens/eval"] - tok0}
+    parts = dist.gather(local, tr.world)
+    eps = [e for p in parts for e in p["eps"]]
+    n = len(eps)
+    m = {"eval/success": sum(e[0] for e in eps) / n, "eval/score": sum(e[1] for e in eps) / n,
+         "eval/episode_len": sum(e[2] for e in eps) / n, "tokens/eval": sum(p["tokens"] for p in parts)}
+    by: dict = {}
+    for e in eps:
+        by.setdefault(e[3], []).append(e[0])
+    m.update({f"eval/success/{k}": sum(v) / len(v) for k, v in sorted(by.items())})
+    return m
 
 
-# launch time (the launcher's, for workers): time/wall_s counts the warm start, updates and
-# evaluations, and a --resume adds its time to the run's earlier total
-_T_START = float(os.environ.get("PROVER_T0", time.time()))
+def rollout(tr: Trainer, step: int) -> list:
+    """1. This update's tasks (identical on every rank) and the rollouts of this rank's groups."""
+    cfg = tr.cfg
+    tasks = [tr.py_rng.randrange(10**6) for _ in range(cfg.tasks_per_iter)]
+    seed = tr.py_rng.getrandbits(31)
+    mine = list(range(tr.rank, cfg.tasks_per_iter, tr.world))
+    return rollout_groups(tr.run.agent, tr.train_envs, [tasks[p] for p in mine], cfg.group_size, cfg.temperature,
+                          seed=seed, positions=mine)
 
 
-def append_row(tr: Trainer, row: dict):
-    row["time/wall_s"] = round(tr.wall0 + time.time() - _T_START, 1)
-    tr.rows.append(row)
-    with open(os.path.join(tr.cfg.out, "metrics.jsonl"), "a") as f:
-        f.write(json.dumps(row) + "\n")
+def credit(tr: Trainer, groups: list, adv: list, step: int, log) -> dict:
+    """3. The method's credit on top of GRPO's advantages (in place). An error is confined to its
+    group: the batch is retried group by group and a failing group keeps its GRPO advantages; the
+    traceback goes to errors.log and the console says so (--strict re-raises instead)."""
+    fn, run = METHODS[tr.cfg.method], tr.run
+    run.step, run.proposals = step, []
+    saved = copy.deepcopy(adv)
+    try:
+        return fn(groups, adv, run) or {}
+    except Exception as e:
+        if tr.cfg.strict:
+            raise
+        rundir.log_error(run.out, step, f"credit ({tr.cfg.method}), whole batch", e)
+        log(f"step {step}: credit failed ({type(e).__name__}: {str(e)[:120]}); retrying group by group (errors.log)")
+    adv[:] = saved
+    n_groups, parts, errors = len(groups), [], 0
+    for g in range(n_groups):
+        sub_groups, sub_adv = [groups[g]], [adv[g]]
+        try:
+            parts.append(fn(sub_groups, sub_adv, run) or {})
+        except Exception as e:
+            errors += 1
+            adv[g] = saved[g]
+            rundir.log_error(run.out, step, f"credit ({tr.cfg.method}), group {g}", e)
+            continue
+        adv[g] = sub_adv[0]
+        groups.extend(sub_groups[1:])          # rows a method added (grpo-matched)
+        adv.extend(sub_adv[1:])
+    run.agent.counter["credit/errors"] += errors
+    log(f"step {step}: credit: {errors} of {n_groups} groups failed and kept their GRPO advantages")
+    return {**merge_method_stats(parts), "credit/failed_groups": errors}
+
+
+def update(tr: Trainer, groups: list, adv: list, step: int) -> dict:
+    """4. The PPO-clip update (gradients summed over ranks), then push the weights to the sampler."""
+    lr = lr_at(tr.cfg, step)
+    for g in tr.opt.param_groups:
+        g["lr"] = lr
+    rows = grpo.rows_from(groups, adv, tr.cfg.minibatches, tr.cfg.loss_agg)
+    ustats = grpo.update(tr.model, tr.opt, rows, tr.ucfg, tr.tok.pad_token_id, tr.ref)
+    tr.run.agent.counter["train/skipped_nonfinite"] += ustats["train/skipped_nonfinite"]
+    tr.gen.sync(tr.model)
+    return {**ustats, "train/lr": lr}
+
+
+def lr_at(cfg: Config, step: int) -> float:
+    """Linear decay from --lr at update 1 to --lr × --lr-final at update --iters. A function of the
+    step alone, so --resume continues the schedule where it stopped."""
+    frac = (step - 1) / max(1, cfg.iters - 1)
+    return cfg.lr * (1.0 - (1.0 - cfg.lr_final) * min(1.0, max(0.0, frac)))
+
+
+@dataclass
+class Episode:
+    """What a metrics row needs of one training trajectory (gathered from every rank)."""
+    success: float
+    score: float
+    turns: int
+    invalid: int                      # turns without <action> tags
+    inadmissible: int                 # well-formed turns whose action was not admissible
+
+
+def metrics_row(tr: Trainer, step: int, groups: list, counts: Counter, cstats: dict, ustats: dict,
+                lab_stats: dict, secs: dict) -> dict | None:
+    """6. The update's metrics, gathered over ranks; the row on rank 0 (None elsewhere)."""
+    eps = [Episode(t.success, t.score, len(t.turns), sum(not tn.valid for tn in t.turns),
+                   int(sum(grpo.turn_penalty(tn, 0.0, 1.0) for tn in t.turns))) for g in groups for t in g]
+    local = {"eps": eps, "mixed": sum(len({t.R for t in g}) > 1 for g in groups),   # groups with a GRPO signal
+             "counts": counts, "credit": cstats, "lab": lab_stats}
+    parts = dist.gather(local, tr.world)
+    if tr.rank != 0:
+        return None
+    eps = [e for p in parts for e in p["eps"]]
+    d: Counter = Counter()
+    for p in parts:
+        d.update(p["counts"])
+    n, turns = len(eps), max(1, sum(e.turns for e in eps))
+    row = {"step": step, "train/success": sum(e.success for e in eps) / n, "train/score": sum(e.score for e in eps) / n,
+           "train/episode_len": sum(e.turns for e in eps) / n,
+           "train/invalid_format": sum(e.invalid for e in eps) / turns,
+           "train/inadmissible": sum(e.inadmissible for e in eps) / turns,
+           "train/mixed_groups": sum(p["mixed"] for p in parts),
+           "tokens/rollout": d["tokens/rollout"], "tokens/verify": d["tokens/verify"], "tokens/judge": d["tokens/judge"],
+           "env_steps/rollout": d["env_steps/rollout"],
+           "env_steps/total": sum(v for k, v in d.items() if k.startswith("env_steps/") and k != "env_steps/eval"),
+           **secs, **ustats}
+    row.update(merge_method_stats([p["credit"] for p in parts]))
+    row.update(lab.merge([p["lab"] for p in parts]))
+    return row
 
 
 def merge_method_stats(parts: list[dict]) -> dict:
@@ -681,73 +569,29 @@ def merge_method_stats(parts: list[dict]) -> dict:
     return out
 
 
-def lr_at(cfg: Config, step: int) -> float:
-    """Linear decay from --lr at update 1 to --lr × --lr-final at update --iters. A function of the
-    step alone, so --resume continues the schedule where it stopped."""
-    frac = (step - 1) / max(1, cfg.iters - 1)
-    return cfg.lr * (1.0 - (1.0 - cfg.lr_final) * min(1.0, max(0.0, frac)))
+# launch time (the launcher's, for workers): time/wall_s counts the warm start, updates and
+# evaluations, and a --resume adds its time to the run's earlier total
+_T_START = float(os.environ.get("PROVER_T0", time.time()))
 
 
-def train_step(tr: Trainer, step: int, methods, log) -> dict | None:
-    """One update (steps 1–4 and 6 of the loop); returns the metrics row on rank 0."""
-    import grpo
-    from rollout import rollout_groups
-    cfg, agent = tr.cfg, tr.run.agent
-    t0 = time.time()
-    before = Counter(agent.counter)
-    tr.run.step = step
-    # 1. tasks (identical on every rank) and rollouts of this rank's groups
-    tasks = [tr.py_rng.randrange(10**6) for _ in range(cfg.tasks_per_iter)]
-    seed = tr.py_rng.getrandbits(31)
-    mine = list(range(tr.rank, cfg.tasks_per_iter, tr.world))
-    groups = rollout_groups(agent, tr.train_envs, [tasks[p] for p in mine], cfg.group_size, cfg.temperature,
-                            seed=seed, positions=mine)
-    # 2. GRPO advantages, per turn
-    adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
-    # 3. method-specific credit (may add rows/groups, e.g. grpo-matched)
-    t_credit = time.time()
-    try:
-        cstats = methods[cfg.method](groups, adv, tr.run) or {}
-    except Exception as e:  # one bad group must not kill a long run: counted + logged
-        agent.counter["credit/errors"] += 1
-        log(f"step {step}: credit failed ({type(e).__name__}: {e}); using GRPO advantages")
-        adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
-        cstats = {"credit/error": f"{type(e).__name__}: {e}"[:200]}
-    t_credit = time.time() - t_credit
-    # 4. update (gradients summed over ranks) + sync the rollout engine
-    lr = lr_at(cfg, step)
-    for g in tr.opt.param_groups:
-        g["lr"] = lr
-    ustats = grpo.update(tr.model, tr.opt, grpo.rows_from(groups, adv, cfg.minibatches, cfg.loss_agg), tr.ucfg, tr.tok.pad_token_id, tr.ref)
-    agent.counter["train/skipped_nonfinite"] += ustats["train/skipped_nonfinite"]
-    tr.gen.sync(tr.model)
-    # 6. metrics, reduced over ranks
-    trajs = [t for g in groups for t in g]
-    local = {"outcomes": [(t.success, t.score, len(t.turns), sum(not tn.valid for tn in t.turns),
-                           sum(grpo.turn_penalty(tn, 0.0, 1.0) for tn in t.turns)) for t in trajs],
-             "mixed": sum(len({t.R for t in g}) > 1 for g in groups),   # groups with a GRPO signal
-             "counts": {k: agent.counter[k] - before[k] for k in agent.counter}, "credit": cstats}
-    parts = gather(local, tr.world)
-    if tr.rank != 0:
-        return None
-    outs = [o for p in parts for o in p["outcomes"]]
-    d: Counter = Counter()
-    for p in parts:
-        d.update(p["counts"])
-    n = len(outs)
-    row = {"step": step, "train/success": sum(o[0] for o in outs) / n, "train/score": sum(o[1] for o in outs) / n,
-           "train/episode_len": sum(o[2] for o in outs) / n,
-           "train/invalid_format": sum(o[3] for o in outs) / max(1, sum(o[2] for o in outs)),
-           "train/inadmissible": sum(o[4] for o in outs) / max(1, sum(o[2] for o in outs)),
-           "train/mixed_groups": sum(p["mixed"] for p in parts),
-           "tokens/rollout": d["tokens/rollout"], "tokens/verify": d["tokens/verify"], "tokens/judge": d["tokens/judge"],
-           "env_steps/rollout": d["env_steps/rollout"],
-           "env_steps/total": sum(v for k, v in d.items() if k.startswith("env_steps/") and k != "env_steps/eval"),
-           "time/iter_s": time.time() - t0, "time/credit_s": t_credit, "train/lr": lr, **ustats}
-    row.update(merge_method_stats([p["credit"] for p in parts]))
-    return row
+def log_row(tr: Trainer, row: dict, log, bar) -> None:
+    row["time/wall_s"] = round(tr.wall0 + time.time() - _T_START, 1)
+    row.setdefault("tokens/eval", 0)
+    tr.rows.append(row)
+    rundir.append_row(tr.cfg.out, row)
+    if row["step"] == 0:
+        log(f"step 0 | eval {row['eval/success']:.3f} (warm start)")
+        return
+    bar.update(1)
+    bar.set_postfix(train=f"{row['train/success']:.2f}", **({"eval": f"{row['eval/success']:.2f}"} if "eval/success" in row else {}))
+    log(f"step {row['step']} | train {row['train/success']:.3f} | "
+        + (f"eval {row['eval/success']:.3f} | " if "eval/success" in row else "")
+        + f"tok {row['tokens/rollout']}+{row['tokens/verify']}v+{row['tokens/judge']}j | {row['time/iter_s']:.1f}s")
 
 
+# ---------------------------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------------------------
 def train(cfg: Config) -> str:
     from tqdm import tqdm
     cfg.out = cfg.out or os.path.join("runs", f"{cfg.env}-{cfg.method}-s{cfg.seed}")
@@ -755,159 +599,69 @@ def train(cfg: Config) -> str:
     rank0 = int(os.environ.get("RANK", "0")) == 0
     log = tqdm.write if rank0 else (lambda *a, **k: None)
     tr = setup(cfg, log)
-    methods = credit_methods()
     agent = tr.run.agent
     log(f"run: {cfg.out} | env {cfg.env} | method {cfg.method} | G={cfg.group_size} x {cfg.tasks_per_iter} tasks"
         f"{f' over {tr.world} ranks' if tr.world > 1 else ''} | {cfg.iters} updates | eval on {tr.eval_split} every {cfg.eval_every}"
-        f" | sampler {getattr(agent.gen, 'runner_name', cfg.rollout)}")
-    if tr.start == 0 and cfg.eval_every:   # 5. (the warm start's held-out success; all workers)
-        m = evaluate(agent, tr.run.spec, tr.run.env_kwargs, tr.eval_split, cfg.eval_episodes, cfg.eval_temperature,
-                     cfg.seed, tr.eval_envs, tr.rank, tr.world)
-        if rank0:
-            append_row(tr, {"step": 0, **m, "tokens/rollout": 0, "tokens/verify": 0, "tokens/judge": 0})
-        log(f"step 0 | eval {m['eval/success']:.3f} (warm start)")
+        f" | sampler {getattr(agent.gen, 'runner_name', cfg.rollout)}"
+        " | console 'tok R+Vv+Jj': generated tokens of rollouts + verification + judge")
     bar = tqdm(total=cfg.iters, initial=tr.start, desc="updates", disable=not rank0)
+    if tr.start == 0 and cfg.eval_every:                        # 5. the warm start's held-out success
+        m = evaluate(tr)
+        if rank0:
+            log_row(tr, {"step": 0, **m, "tokens/rollout": 0, "tokens/verify": 0, "tokens/judge": 0}, log, bar)
     step = tr.start
     try:
         for step in range(tr.start + 1, cfg.iters + 1):
-            row = train_step(tr, step, methods, log)
-            # 5. evaluation (every worker takes its share)
+            t0, before = time.time(), Counter(agent.counter)
+            groups = rollout(tr, step)                                                     # 1. rollouts
+            adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty,
+                                             cfg.inadmissible_penalty)                     # 2. GRPO advantages
+            adv_grpo, t1 = copy.deepcopy(adv), time.time()
+            cstats = credit(tr, groups, adv, step, log)                                    # 3. the method's credit
+            t_credit = time.time() - t1
+            lab_stats = lab.step_metrics(tr.probe, tr.model, groups, adv_grpo, adv, tr.run.proposals, cfg.method)
+            ustats = update(tr, groups, adv, step)                                         # 4. PPO-clip update
+            counts = Counter({k: agent.counter[k] - before[k] for k in agent.counter})
+            row = metrics_row(tr, step, groups, counts, cstats, ustats, lab_stats,         # 6. metrics
+                              {"time/iter_s": time.time() - t0, "time/credit_s": t_credit})
             if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.iters):
-                m = evaluate(agent, tr.run.spec, tr.run.env_kwargs, tr.eval_split, cfg.eval_episodes,
-                             cfg.eval_temperature, cfg.seed, tr.eval_envs, tr.rank, tr.world)
+                m = evaluate(tr)                                                           # 5. held-out eval
                 if row is not None:
                     row.update(m)
-            if row is None:           # ranks > 0: rank 0 logs and checkpoints
+            if row is None:                                   # ranks > 0: rank 0 logs and checkpoints
                 continue
-            row.setdefault("tokens/eval", 0)
-            append_row(tr, row)
-            bar.update(1)
-            bar.set_postfix(train=f"{row['train/success']:.2f}", **({"eval": f"{row['eval/success']:.2f}"} if "eval/success" in row else {}))
-            log(f"step {step} | train {row['train/success']:.3f} | "
-                + (f"eval {row['eval/success']:.3f} | " if "eval/success" in row else "")
-                + f"tok {row['tokens/rollout']}+{row['tokens/verify']}v+{row['tokens/judge']}j | {row['time/iter_s']:.1f}s")
+            log_row(tr, row, log, bar)                                                     # 6. log, plot, save
             if step % cfg.checkpoint_every == 0 or step == cfg.iters:
-                plot_curves(cfg.out, tr.rows)
-                save_checkpoint(cfg.out, tr.model, tr.tok, tr.opt, step, agent.counter, rng_state(tr.py_rng))
+                rundir.plot_curves(cfg.out, tr.rows)
+                rundir.save_checkpoint(cfg.out, tr.model, tr.tok, tr.opt, step, agent.counter, build.rng_state(tr.py_rng))
     except KeyboardInterrupt:
         bar.close()
         if not rank0:
             raise SystemExit(130)
-        ck = os.path.join(cfg.out, "checkpoint")
-        s = json.load(open(os.path.join(ck, "state.json")))["step"] if os.path.exists(os.path.join(ck, "state.json")) else None
+        s = rundir.checkpoint_step(cfg.out)
         print(f"\ninterrupted at update {step}; last complete checkpoint: "
-              + (f"{ck} (step {s}); continue with --resume" if s is not None else "none yet"), file=sys.stderr)
+              + (f"{cfg.out}/checkpoint (step {s}); continue with --resume" if s is not None else "none yet"), file=sys.stderr)
         raise SystemExit(130)
     bar.close()
     if rank0 and tr.rows:
-        plot_curves(cfg.out, tr.rows)
-    barrier()
+        rundir.plot_curves(cfg.out, tr.rows)
+    dist.barrier()
     return cfg.out
-
-
-_STOPPING = False   # set by SIGTERM/SIGINT: errors after it are the stop's echo, not failures
-
-
-def _stop_on_sigterm(signum, frame):
-    # Schedulers (Slurm, Kubernetes, `timeout`) stop jobs with SIGTERM: take the same path as
-    # Ctrl-C, which reports the last complete checkpoint and exits 130.
-    global _STOPPING
-    _STOPPING = True
-    raise KeyboardInterrupt
-
-
-# ---------------------------------------------------------------------------------------------
-# Local workers: the laptop default uses every core
-# ---------------------------------------------------------------------------------------------
-def resolve_workers(cfg: Config) -> int:
-    """--workers 0 → one worker per usable CPU core for the tiny policy on CPU. Why processes and
-    not threads: the tiny model's matrices (64 wide) are too small for intra-op threads to help,
-    and most of a step is Python (prompts, env logic, sampling), so a second core only pays off
-    as a second process with its own share of the groups."""
-    if cfg.workers < 0:
-        raise ValueError(f"--workers {cfg.workers}: must be >= 0 (0 = auto)")
-    if cfg.workers > cfg.tasks_per_iter:
-        raise ValueError(f"--workers {cfg.workers}: more workers than --tasks-per-iter {cfg.tasks_per_iter} (each worker owns whole groups)")
-    if cfg.workers:
-        return cfg.workers
-    if cfg.model or cfg.rollout != "hf" or cfg.device == "cuda":
-        return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, cfg.tasks_per_iter))
-
-
-def launch_workers(n: int, argv: list[str]) -> int:
-    """Start n copies of this script as ranks 0..n-1 of a gloo process group on 127.0.0.1 (the
-    environment torchrun would give them; see dist_setup) and wait. Rank 0 prints, writes the run
-    directory and checkpoints; all ranks roll out and evaluate their share. Ctrl-C/SIGTERM are passed
-    on once, so the run stops as a single process would (last complete checkpoint, exit 130). If a
-    worker fails, the others are stopped rather than left waiting for it in the next collective;
-    the other ranks' stderr is shown only when rank 0 did not already report the error itself."""
-    import signal
-    import socket
-    import subprocess
-    import tempfile
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    base = dict(os.environ, WORLD_SIZE=str(n), LOCAL_WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-                PROVER_T0=str(_T_START))
-    errs = [None] + [tempfile.TemporaryFile("w+") for _ in range(n - 1)]
-    # own sessions: a terminal's Ctrl-C reaches only this process, which passes it on once
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv], start_new_session=True,
-                              stderr=errs[r], env=dict(base, RANK=str(r), LOCAL_RANK=str(r))) for r in range(n)]
-    user_stop, stopped_at, failed_at = False, None, None
-
-    def stop_all(*_):
-        nonlocal stopped_at
-        stopped_at = stopped_at or time.time()
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-
-    def on_signal(signum, frame):
-        nonlocal user_stop
-        user_stop = True
-        stop_all()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
-    while any(p.poll() is None for p in procs):
-        now = time.time()
-        if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
-            failed_at = now
-        if failed_at and not stopped_at and now > failed_at + 5:   # the rest have not failed by themselves
-            stop_all()
-        if stopped_at and now > stopped_at + 60:                   # one stuck in a broken collective
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-        time.sleep(0.2)
-    codes = [p.returncode for p in procs]
-    if user_stop:
-        return 130
-    failed = [r for r, c in enumerate(codes) if c not in (0, 130)]   # 130: stopped by us
-    if not failed:
-        return max(codes)
-    if failed[0] != 0:   # rank 0 did not report it (it printed its own error if it failed): show the worker's
-        errs[failed[0]].seek(0)
-        sys.stderr.write(f"train.py: worker {failed[0]} failed (exit {codes[failed[0]]}):\n" + errs[failed[0]].read()[-4000:])
-    return codes[failed[0]]
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg = parse_args(argv)
-    import signal
     try:
-        n = resolve_workers(cfg) if "WORLD_SIZE" not in os.environ else 1
+        validate(cfg)
+        tiny_cpu = not cfg.model and cfg.rollout == "hf" and cfg.device != "cuda"
+        n = dist.auto_workers(cfg.workers, cfg.tasks_per_iter, tiny_cpu) if "WORLD_SIZE" not in os.environ else 1
     except ValueError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         raise SystemExit(2)
     if n > 1:
-        raise SystemExit(launch_workers(n, argv))
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        raise SystemExit(dist.launch(n, os.path.abspath(__file__), argv, _T_START))
+    dist.stop_on_signal()
     rank = int(os.environ.get("RANK", "0"))
     try:
         out = train(cfg)
@@ -919,7 +673,7 @@ def main(argv=None):
             print("\ninterrupted during set-up (warm start or first evaluation); no new checkpoint", file=sys.stderr)
         raise SystemExit(130)
     except Exception:
-        if _STOPPING and rank != 0:   # a peer stopped first and broke a collective: stop quietly
+        if dist.STOPPING and rank != 0:   # a peer stopped first and broke a collective: stop quietly
             raise SystemExit(130)
         raise
     if rank == 0:

@@ -770,4 +770,4 @@ def compact_prompt(v: envs.PromptInput, history_len: int = 2) -> str:
 SPEC = envs.EnvSpec(
     name="webshop", make=make, splits=("train", "test"), num_tasks=num_tasks, vocabulary=vocabulary,
     chat_prompt=chat_prompt, compact_prompt=compact_prompt, parse=envs.parse_action_tag,
-    task_types=TASK_TYPES, atomic=atomic_ids)
+    task_types=TASK_TYPES, atomic=atomic_ids, backend=lambda b: envs.builtin_or_real("webshop", b))

@@ -1,24 +1,29 @@
-"""bench/compare.py — the paper's comparison at laptop scale: methods × environments × seeds, with cost.
+"""bench/compare.py — the paper's comparison at laptop scale: methods × environments × paired seeds, with cost.
 
-    python bench/compare.py                       # default preset: ALFWorld, grpo vs prover, 3 seeds (~1 h, 2 cores)
+    python bench/compare.py                       # default preset: ALFWorld, grpo vs prover, 3 seeds
     python bench/compare.py --full                # every method on every env
-    python bench/compare.py --methods grpo prover prover-random --envs alfworld --seeds 0 1 2 --iters 40
+    python bench/compare.py --methods grpo prover prover-random --envs keydoor --seeds 0 1 2 3 4 5 \
+        --iters 40 --eval-repeats 4 -- --env-opt rooms=8
 
-Each (env, method, seed) is one `train.py` run in `results/runs/<env>-<method>-s<seed>` with the
-same number of updates, all starting from one warm-started policy (`--bc-seed 0`): seeds vary the
-RL (tasks, sampling), methods differ only in credit assignment. That warm start is built first, once
-per env, by a `train.py --iters 0` run with the default workers (`runs/<env>-warmstart`); then
-`--jobs N` trainings run side by side (one CPU thread each) and load it from the cache. Finished
-runs are skipped and interrupted ones resumed (`--resume`), so the command can be re-run until done.
+Paired protocol: for seed s every method's run is `train.py --seed s`, so all methods of a seed
+play the same training tasks with the same sampling seeds in their first rollouts, and they start
+from the same warm start — one shared by every seed (`--bc-seed 0`, built once per env by a
+`train.py --iters 0` run; the default) or one per seed (`--warm-start per-seed`, `--bc-seed s`).
+Methods then differ only in credit assignment, and the report compares each method with GRPO by
+the per-seed differences (bench/paired.py: mean, 95% bootstrap CI, exact sign-flip p).
+
+Each (env, method, seed) run lives in `<out>/runs/<env>-<method>-s<seed>`; `--jobs N` run side by
+side (one CPU thread each). Finished runs are reused and interrupted ones resumed (`--resume`), so
+a long study is built up over several sittings by re-running the same command.
 
 Writes:
-  results/compare.csv      one row per run: final held-out success/score, cost per update, wall time
-  results/compare.md       per env: mean ± std over seeds of final held-out success (score for
-                           WebShop), the average over envs, relative improvement over GRPO, generated
-                           tokens and env steps per update relative to GRPO, wall time
-  results/compare_updates.png, results/compare_tokens.png
-                           held-out success against updates and against generated tokens, seeds shaded
-Final held-out success = the mean of the last two evaluations (less noise than the last one alone).
+  <out>/compare.csv      one row per run: final held-out success/score, costs per update, wall time
+  <out>/compare.md       per env: each method's final held-out success (mean [95% CI] (n)), its
+                         paired difference to GRPO with CI and p, generated tokens and env steps
+                         per update × GRPO; the average over envs and the relative change to GRPO
+  <out>/compare_updates.png, <out>/compare_tokens.png   held-out success vs updates / tokens
+The final held-out reading is the evaluation at the last update (`--eval-repeats R` plays every
+evaluation task R times with different sampling seeds, for a less noisy reading).
 """
 from __future__ import annotations
 
@@ -40,6 +45,8 @@ METHOD_ARGS = {
     "criticsearch": ["--method", "criticsearch"],
 }
 DEFAULT = dict(envs=["alfworld"], methods=["grpo", "prover"], seeds=[0, 1, 2], iters=80)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import paired  # noqa: E402  (bench/paired.py)
 FULL = dict(envs=["alfworld", "webshop", "searchqa"], methods=list(METHOD_ARGS), seeds=[0, 1, 2], iters=60)
 
 
@@ -70,7 +77,8 @@ def launch(job, args) -> tuple:
         return job, 0, "skipped (done)"
     flags = ["--env", env, *METHOD_ARGS[method], "--seed", str(seed), "--iters", str(args.iters),
              "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
-             "--threads", "1", "--workers", "1", "--bc-seed", "0", *args.extra]  # one warm start shared by all seeds
+             "--eval-repeats", str(args.eval_repeats), "--threads", "1", "--workers", "1",
+             "--bc-seed", str(bc_seed(args, seed)), *args.extra]
     if os.path.exists(os.path.join(d, "checkpoint", "state.json")):
         flags.append("--resume")
     rc, secs = run_train(d, flags, OMP_NUM_THREADS="1")
@@ -79,15 +87,21 @@ def launch(job, args) -> tuple:
     return job, rc, f"rc={rc} in {secs:.0f}s"
 
 
-def warm_start(env: str, args) -> str:
-    """Build (or find cached) the env's shared warm start: train.py with no updates, the same
-    warm-start flags as every run (`--bc-seed 0` and the extra flags, which may change its cache
-    key) and the default workers. Its log: runs/<env>-warmstart/stdout.log."""
-    d = os.path.join(args.out, "runs", f"{env}-warmstart")
-    rc, secs = run_train(d, ["--env", env, "--iters", "0", "--bc-seed", "0",
-                             "--eval-episodes", str(args.eval_episodes), *args.extra])
+def bc_seed(args, seed: int) -> int:
+    """The warm start a seed's runs share: 0 for every seed (shared) or the seed's own."""
+    return seed if args.warm_start == "per-seed" else 0
+
+
+def warm_start(env: str, seed: int, args) -> str:
+    """Build (or find cached) a warm start: train.py with no updates, the same warm-start flags as
+    every run (`--bc-seed`, the extra flags, which may change its cache key) and the default
+    workers, so the runs side by side then load it from the cache. Its log:
+    runs/<env>-warmstart[-s<bc seed>]/stdout.log."""
+    b = bc_seed(args, seed)
+    d = os.path.join(args.out, "runs", f"{env}-warmstart" + (f"-s{b}" if args.warm_start == "per-seed" else ""))
+    rc, secs = run_train(d, ["--env", env, "--iters", "0", "--bc-seed", str(b), "--eval-every", "0", *args.extra])
     if rc != 0:
-        raise SystemExit(f"compare: the {env} warm start failed (rc={rc}); see {d}/stdout.log")
+        raise SystemExit(f"compare: the {env} warm start (bc seed {b}) failed (rc={rc}); see {d}/stdout.log")
     return f"{env} warm start ready in {secs:.0f}s"
 
 
@@ -100,7 +114,7 @@ def summarize_run(d: str) -> dict | None:
     tr = [r for r in rows if r.get("step", 0) > 0]
     if not ev or not tr:
         return None
-    last = ev[-2:] if len(ev) >= 3 else ev[-1:]
+    last = ev[-1:]                                       # the evaluation at the last update
     wall = sum(json.loads(l)["seconds"] for l in open(os.path.join(d, "wall.json"))) if os.path.exists(os.path.join(d, "wall.json")) else float("nan")
     gen = [r.get("tokens/rollout", 0) + r.get("tokens/verify", 0) + r.get("tokens/judge", 0) for r in tr]
     return {"updates": tr[-1]["step"], "init_success": ev[0]["eval/success"],
@@ -124,56 +138,76 @@ def cum_tokens(rows):
     return out
 
 
-def mean_std(xs):
-    m = sum(xs) / len(xs)
-    sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
-    return m, sd
+def write_csv(path: str, res: dict) -> None:
+    with open(path, "w", newline="") as f:
+        w = None
+        for (env, method, seed), r in res.items():
+            row = {"env": env, "method": method, "seed": seed, **{k: v for k, v in r.items() if "curve" not in k}}
+            if w is None:
+                w = csv.DictWriter(f, fieldnames=list(row), extrasaction="ignore")
+                w.writeheader()
+            w.writerow(row)
+
+
+def collect(args, jobs) -> dict:
+    """{(env, method, seed): summary} of the finished runs (unfinished ones are not compared)."""
+    res = {}
+    for env, method, seed in jobs:
+        s = summarize_run(run_dir(args.out, env, method, seed))
+        if s is not None and s["updates"] >= args.iters:
+            res[(env, method, seed)] = s
+    return res
+
+
+def by_seed(res: dict, env: str, method: str, key: str) -> dict:
+    return {s: r[key] for (e, m, s), r in res.items() if e == env and m == method}
+
+
+def ratio(res, env, method, key) -> str:
+    """Mean cost of `method` over its seeds, and × GRPO's."""
+    a, b = by_seed(res, env, method, key), by_seed(res, env, "grpo", key)
+    if not a:
+        return "–"
+    m = paired.mean(list(a.values()))
+    return f"{m:.0f} ({m / paired.mean(list(b.values())):.2f}×)" if b and paired.mean(list(b.values())) > 0 else f"{m:.0f}"
 
 
 def report(args, jobs) -> str:
-    res = {}
-    with open(os.path.join(args.out, "compare.csv"), "w", newline="") as f:
-        w = None
-        for env, method, seed in jobs:
-            s = summarize_run(run_dir(args.out, env, method, seed))
-            if s is None or s["updates"] < args.iters:   # unfinished runs are not compared
-                continue
-            res[(env, method, seed)] = s
-            row = {"env": env, "method": method, "seed": seed, **{k: v for k, v in s.items() if "curve" not in k}}
-            if w is None:
-                w = csv.DictWriter(f, fieldnames=list(row))
-                w.writeheader()
-            w.writerow(row)
+    res = collect(args, jobs)
+    write_csv(os.path.join(args.out, "compare.csv"), res)
     envs = [e for e in args.envs if any(k[0] == e for k in res)]
     methods = [m for m in args.methods if any(k[1] == m for k in res)]
     metric = {e: ("final_score" if e == "webshop" else "final_success") for e in envs}
-    lines = [f"Final held-out {'/'.join(sorted(set(metric.values())))} (mean ± std over seeds; success for ALFWorld/SearchQA, "
-             f"score for WebShop), {args.iters} updates each.\n",
-             "| method | " + " | ".join(envs) + " | avg | rel. to GRPO | tokens/update (× GRPO) | env steps/update (× GRPO) | wall min/run |",
-             "|---|" + "---|" * (len(envs) + 5)]
-    base = {}
-    for m in methods:
-        cells, avgs, toks, steps, walls = [], [], [], [], []
-        for e in envs:
-            vals = [res[(e, m, s)][metric[e]] for s in args.seeds if (e, m, s) in res]
+    out = [f"Final held-out {'/'.join(sorted(set(metric.values())))} in points (success; WebShop: score) after "
+           f"{args.iters} updates, evaluation tasks played {args.eval_repeats}× each. Cells: mean [95% bootstrap CI] "
+           f"(n seeds). Δ vs GRPO: the mean paired difference over the seeds both have, its CI and the exact "
+           f"sign-flip p. Costs per update, × GRPO.\n"]
+    for e in envs:
+        out += [f"## {e}\n", "| method | final held-out | Δ vs GRPO | p | generated tokens / update | env steps / update | wall min / run |",
+                "|---|---|---|---|---|---|---|"]
+        base = by_seed(res, e, "grpo", metric[e])
+        for m in methods:
+            vals = by_seed(res, e, m, metric[e])
             if not vals:
-                cells.append("–")
                 continue
-            mu, sd = mean_std(vals)
-            cells.append(f"{100 * mu:.1f} ± {100 * sd:.1f} (n={len(vals)})")
-            avgs.append(mu)
-            toks += [res[(e, m, s)]["tokens_per_update"] for s in args.seeds if (e, m, s) in res]
-            steps += [res[(e, m, s)]["env_steps_per_update"] for s in args.seeds if (e, m, s) in res]
-            walls += [res[(e, m, s)]["wall_seconds"] / 60 for s in args.seeds if (e, m, s) in res]
-        avg = sum(avgs) / len(avgs) if avgs else float("nan")
-        t, st = sum(toks) / len(toks), sum(steps) / len(steps)
-        if m == "grpo":
-            base = {"avg": avg, "tok": t, "steps": st}
-        rel = f"{100 * (avg / base['avg'] - 1):+.1f}%" if base and base["avg"] > 0 else "–"
-        lines.append(f"| {m} | " + " | ".join(cells) + f" | {100 * avg:.1f} | {rel} | {t:.0f} ({t / base['tok']:.2f}×) | "
-                     f"{st:.0f} ({st / base['steps']:.2f}×) | {sum(walls) / len(walls):.1f} |" if base else
-                     f"| {m} | " + " | ".join(cells) + f" | {100 * avg:.1f} | – | {t:.0f} | {st:.0f} | {sum(walls) / len(walls):.1f} |")
-    table = "\n".join(lines) + "\n"
+            d = paired.paired(vals, base) if m != "grpo" and base else None
+            walls = [v / 60 for v in by_seed(res, e, m, "wall_seconds").values()]
+            out.append(f"| {m} | {paired.fmt(paired.summary(list(vals.values())), 100)} | "
+                       f"{paired.fmt(d, 100, sign=True) if d else '–'} | {paired.fmt_p(d.get('p')) if d else '–'} | "
+                       f"{ratio(res, e, m, 'tokens_per_update')} | {ratio(res, e, m, 'env_steps_per_update')} | "
+                       f"{paired.mean(walls):.1f} |")
+        out.append("")
+    if len(envs) > 1 and "grpo" in methods:   # the paper's headline: the average over benchmarks
+        out += ["## average over benchmarks\n", "| method | mean final (points) | rel. to GRPO |", "|---|---|---|"]
+        base = None
+        for m in methods:
+            per_env = [paired.mean(list(by_seed(res, e, m, metric[e]).values())) for e in envs if by_seed(res, e, m, metric[e])]
+            if len(per_env) < len(envs):
+                continue
+            avg = paired.mean(per_env)
+            base = avg if m == "grpo" else base
+            out.append(f"| {m} | {100 * avg:.1f} | {f'{100 * (avg / base - 1):+.1f}%' if base else '–'} |")
+    table = "\n".join(out) + "\n"
     with open(os.path.join(args.out, "compare.md"), "w") as f:
         f.write(f"# Comparison\n\nCommand: `{' '.join(['python', 'bench/compare.py', *sys.argv[1:]])}`\n\n{table}")
     plot(args, res, envs, methods)
@@ -218,6 +252,9 @@ def main():
     p.add_argument("--iters", type=int)
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--eval-episodes", type=int, default=64)
+    p.add_argument("--eval-repeats", type=int, default=1, help="play each evaluation task R times (train.py --eval-repeats)")
+    p.add_argument("--warm-start", choices=["shared", "per-seed"], default="shared",
+                   help="one warm start for every seed (--bc-seed 0) or one per seed (--bc-seed s); methods of a seed always share it")
     p.add_argument("--jobs", type=int, default=2, help="trainings run side by side (one thread each)")
     p.add_argument("--out", default=os.path.join(ROOT, "results"))
     p.add_argument("--report-only", action="store_true", help="only rebuild the table and plots")
@@ -233,9 +270,9 @@ def main():
         from tqdm import tqdm
         # the warm start is cached per env (--bc-seed 0): build it once per env first (`--iters 0`,
         # data parallel over the cores), so that every training can then run side by side
-        for env in dict.fromkeys(e for e, _, _ in jobs):
-            if any(not finished(run_dir(args.out, env, m, s), args.iters) for e, m, s in jobs if e == env):
-                print(warm_start(env, args), flush=True)
+        for env, b in dict.fromkeys((e, bc_seed(args, s)) for e, _, s in jobs):
+            if any(not finished(run_dir(args.out, e, m, s), args.iters) for e, m, s in jobs if e == env and bc_seed(args, s) == b):
+                print(warm_start(env, b, args), flush=True)
         bar = tqdm(total=len(jobs), desc="compare runs")
         with ThreadPoolExecutor(args.jobs) as ex:
             for j, rc, msg in ex.map(lambda j: launch(j, args), jobs):

@@ -73,12 +73,13 @@ def main(argv=None) -> int:
         p.error(f"{model_dir}: no model there (no checkpoint yet? pass --model)")
     import torch
     import policy
+    import build
     import train
     from rollout import Agent, rollout_groups, spread_tasks
     torch.set_num_threads(1)
     saved = json.load(open(cfg_path))
     cfg = train.Config(**{k: v for k, v in saved.items() if k in train.Config.__dataclass_fields__})
-    spec, env_kw, _, split = train.env_setup(cfg, lambda *_: None)
+    spec, env_kw, _, split = build.env_setup(cfg, lambda *_: None)
     model, tok = policy.load_hf(model_dir)
     agent = Agent(policy.HFGenerator(model, tok), tok, spec, compact=not (cfg.chat_prompt or cfg.model),
                   history_len=cfg.history_len, max_new_tokens=cfg.max_new_tokens, reward=cfg.reward)

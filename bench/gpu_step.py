@@ -151,8 +151,8 @@ def save_model(a, path: str) -> None:
     """The same shape as an HF folder a `train.py --model` run can load: weights of the built
     model and the tiny policy's word-level tokenizer for ALFWorld, resized to the vocabulary."""
     import envs
-    import policy
-    tok = policy.env_tokenizer(envs.get_spec("alfworld"))
+    import warmstart
+    tok = warmstart.env_tokenizer(envs.get_spec("alfworld"))
     b = argparse.Namespace(**{**vars(a), "vocab": len(tok)})
     model = build(b, "cpu")
     model.save_pretrained(path)

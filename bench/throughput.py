@@ -33,13 +33,14 @@ def main():
     a = p.parse_args()
     import torch
     import grpo
+    import build
     import train
     from policy import HFGenerator
     from rollout import Agent, rollout_groups
     torch.set_num_threads(a.threads)
     cfg = train.Config(cache_dir=a.cache_dir)
-    spec, env_kw, _, _ = train.env_setup(cfg, print)
-    model, tok, folder = train.model_setup(cfg, spec, env_kw, print)
+    spec, env_kw, _, _ = build.env_setup(cfg, print)
+    model, tok, folder = build.model_setup(cfg, spec, env_kw, print)
     agent = Agent(HFGenerator(model, tok), tok, spec, max_new_tokens=cfg.max_new_tokens)
     envs = [spec.make(split="train", seed=0, **env_kw) for _ in range(cfg.tasks_per_iter * cfg.group_size)]
     res = {"config": {"tasks": cfg.tasks_per_iter, "G": cfg.group_size, "minibatches": cfg.minibatches, "threads": a.threads,

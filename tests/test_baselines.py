@@ -291,14 +291,15 @@ def tiny_run(tmp_path_factory):
     """A real Run: tiny warm-started policy, built-in ALFWorld, 6-step episodes."""
     import envs
     import policy
+    import warmstart
     import train
     from rollout import Agent
     spec = envs.get_spec("alfworld")
     kw = {"preset": "small", "backend": "builtin", "max_steps": 6}
-    model, tok, _ = policy.tiny_policy(
+    model, tok, _ = warmstart.tiny_policy(
         spec, {"preset": "small", "backend": "builtin"},
-        policy.TinyConfig(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128),
-        policy.BCConfig(episodes=10, steps=5), seed=0, cache_dir=str(tmp_path_factory.mktemp("cache")),
+        warmstart.TinyConfig(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128),
+        warmstart.BCConfig(episodes=10, steps=5), seed=0, cache_dir=str(tmp_path_factory.mktemp("cache")),
         history_len=2, log=lambda *_: None)
     c = train.Config(spo_interval=2, spo_n=2, spo_tree_depths="2,4", spo_tree_branch=2, max_steps=6)
     agent = Agent(policy.HFGenerator(model, tok), tok, spec, max_new_tokens=8)

@@ -12,13 +12,14 @@ import torch
 import envs
 import grpo
 import policy
+import warmstart
 from rollout import Agent, AgentState, rollout_groups, run_episodes, spread_tasks, start_state
 
 
 # --------------------------------------------------------------------------- tokenizer
 def test_tokenizer_roundtrip_no_unk_on_env_text():
     spec = envs.get_spec("alfworld")
-    tok = policy.build_tokenizer(spec.vocabulary() + policy.template_texts(spec))
+    tok = warmstart.build_tokenizer(spec.vocabulary() + warmstart.template_texts(spec))
     env = spec.make(split="train", seed=3)
     rng = random.Random(0)
     texts = []
@@ -38,7 +39,7 @@ def test_tokenizer_roundtrip_no_unk_on_env_text():
 
 
 def test_chat_template_is_chatml():
-    tok = policy.build_tokenizer(["go to desk 1"])
+    tok = warmstart.build_tokenizer(["go to desk 1"])
     s = tok.apply_chat_template([{"role": "user", "content": "go to desk 1"}], tokenize=False, add_generation_prompt=True)
     assert s == "<|im_start|>user\ngo to desk 1<|im_end|>\n<|im_start|>assistant\n"
     assert policy.stop_ids(tok) == sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")})
@@ -87,7 +88,7 @@ def test_lean_qwen3_runner_samples_what_the_transformers_forward_samples(tiny_al
 
 def test_other_architectures_use_the_transformers_forward():
     from transformers import LlamaConfig, LlamaForCausalLM
-    tok = policy.build_tokenizer(["go to desk 1"])
+    tok = warmstart.build_tokenizer(["go to desk 1"])
     torch.manual_seed(0)
     m = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                      num_attention_heads=2, num_key_value_heads=1, pad_token_id=0))
@@ -407,12 +408,12 @@ def test_demo_slips_are_inadmissible_and_followed_by_recovery():
     answers "Nothing happens.", and the next demo's target is the expert's action from the
     unchanged state. Off (0), no demo prompt ever shows a failed action."""
     spec = envs.get_spec("alfworld")
-    tok = policy.env_tokenizer(spec)
+    tok = warmstart.env_tokenizer(spec)
     fmt = Agent(gen=None, tok=tok, spec=spec, compact=True, history_len=2)
     kw = {"preset": "small", "backend": "builtin", "expert": "search"}
 
     def demos(slip):
-        data = policy.collect_demos(spec, kw, fmt, policy.BCConfig(episodes=12, slip=slip), seed=3)
+        data = warmstart.collect_demos(spec, kw, fmt, warmstart.BCConfig(episodes=12, slip=slip), seed=3)
         return [(tok.decode(p), tok.decode(t)) for p, t in data]
 
     assert not any("Nothing happens." in p for p, _ in demos(0.0))
@@ -434,14 +435,13 @@ def test_warm_start_stops_at_target_success(tmp_path):
     off, the check settings do not enter the cache key."""
     import json
     import envs
-    import policy
     torch.set_num_threads(1)
-    spec = envs.get_spec("pivot")
-    tiny = policy.TinyConfig(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64)
+    spec = envs.get_spec("keydoor")
+    tiny = warmstart.TinyConfig(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64)
 
     def build(**kw):
-        bc = policy.BCConfig(episodes=12, steps=80, batch=16, lr=5e-3, check_from=20, check_every=10, check_episodes=8, **kw)
-        _, _, folder = policy.tiny_policy(spec, {}, tiny, bc, seed=0, cache_dir=str(tmp_path), history_len=2,
+        bc = warmstart.BCConfig(episodes=12, steps=80, batch=16, lr=5e-3, check_from=20, check_every=10, check_episodes=8, **kw)
+        _, _, folder = warmstart.tiny_policy(spec, {}, tiny, bc, seed=0, cache_dir=str(tmp_path), history_len=2,
                                           log=lambda *_: None)
         return folder, json.load(open(os.path.join(folder, "done.json")))
 
@@ -473,11 +473,11 @@ import os, sys, json, torch, torch.distributed as dist
 sys.path.insert(0, {ROOT!r})
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
-import envs, policy
-spec = envs.get_spec("pivot")
-tiny = policy.TinyConfig(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64)
-bc = policy.BCConfig(episodes=12, steps=80, batch=16, lr=5e-3, check_from=20, check_every=10, check_episodes=8, target=1.5)
-_, _, folder = policy.tiny_policy(spec, {{}}, tiny, bc, seed=0, cache_dir=sys.argv[1], history_len=2, log=lambda *_: None)
+import envs, policy, warmstart
+spec = envs.get_spec("keydoor")
+tiny = warmstart.TinyConfig(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64)
+bc = warmstart.BCConfig(episodes=12, steps=80, batch=16, lr=5e-3, check_from=20, check_every=10, check_episodes=8, target=1.5)
+_, _, folder = warmstart.tiny_policy(spec, {{}}, tiny, bc, seed=0, cache_dir=sys.argv[1], history_len=2, log=lambda *_: None)
 print("FOLDER", folder)
 """
     with socket.socket() as s_:

@@ -381,8 +381,8 @@ def test_backend_resolution_without_official_data(tmp_path):
         alfworld_tw.resolve_backend("real", str(tmp_path))
     assert str(tmp_path) in str(e.value)
     with pytest.raises(FileNotFoundError):
-        H.make_alfworld(backend="real", data_dir=str(tmp_path))
-    env = H.make_alfworld("valid_unseen", backend="auto", data_dir=str(tmp_path))
+        alfworld_tw.make_alfworld(backend="real", data_dir=str(tmp_path))
+    env = alfworld_tw.make_alfworld("valid_unseen", backend="auto", data_dir=str(tmp_path))
     assert isinstance(env, H.Household) and env.backend == "builtin" and env.backend_line == line
     ok, msg = alfworld_tw.official_data_status(str(tmp_path))
     assert not ok and str(tmp_path) in msg

@@ -1,13 +1,16 @@
-"""Verification and the built-in judge on the controlled PivotEnv, against analytic values.
+"""Verification and the built-in judge on the key-to-door env (keydoor.py), against analytic values.
 
     python -m pytest -q tests/test_verify.py
 
-PivotEnv: success depends only on whether the key was taken at the pivot room (p_with_key vs
-p_without). The policy here is a fixed stochastic one with a *known* decision probability q =
-π(take key | key visible), so the analytic segment advantage is known:
+keydoor with distractors=0: success depends only on whether the key was taken in the pivot room
+(p_key = P1 vs p_nokey = P0) and, with the trap on, on whether the cursed coin was taken (× (1 − trap)).
+The policy here is a fixed stochastic one with *known* decision probabilities q = π(take key | key
+in the room) and q_t = π(take coin | coin in the room), so the analytic segment advantages are known
+(keydoor.analytic_value):
     V(s_pre)  = q·p1 + (1 − q)·p0        (state before the pivot turn)
     V(s_post) = p1                       (state after taking the key)
     A_seg     = (1 − q)(p1 − p0)
+    A_coin    = −p·trap·(1 − q_t)        (p = p1 or p0, whichever the key made it)
 It acts through the real tokenizer / chat template / rollout / restore / verify code; only the
 network is replaced by this known distribution, which is what makes the value analytic.
 """
@@ -18,21 +21,24 @@ import pytest
 
 import envs
 import judge
-import policy
+import keydoor
+import warmstart
 import prover
 import verify
 from policy import Sample
 from rollout import Agent, rollout_groups
 
 Q, P1, P0 = 0.5, 0.9, 0.1
+QT, TRAP = 0.5, 0.5               # π(take coin | coin in the room), the coin's penalty
 
 
 class KnownPolicy:
-    """Generation backend with an explicit action distribution: take the key with prob Q when
-    the current observation shows it, else go forward."""
+    """Generation backend with an explicit action distribution: when `take key` is admissible
+    (the key lies here) take it with prob q, when `take cursed coin` is, take it with prob q_trap;
+    otherwise go forward (open the door in the last room)."""
 
-    def __init__(self, tok, q=Q):
-        self.tok, self.q = tok, q
+    def __init__(self, tok, q=Q, q_trap=0.0):
+        self.tok, self.q, self.q_trap = tok, q, q_trap
 
     def sync(self, model):
         pass
@@ -41,12 +47,14 @@ class KnownPolicy:
         out = []
         for i, p in enumerate(prompts):
             rng = random.Random(row_seeds[i] if row_seeds is not None else hash((seed, i)))
-            text = self.tok.decode(p)
-            current = text.rsplit("obs:", 1)[-1]
-            if "A key lies here" in current and rng.random() < self.q:
-                a, lp = "take key", math.log(self.q)
-            else:
-                a, lp = "go forward", math.log(1 - self.q) if "A key lies here" in current else 0.0
+            acts = self.tok.decode(p).rsplit("actions:", 1)[-1]      # the current admissible list
+            move = "open door" if "open door" in acts else "go forward"
+            a, lp = move, 0.0
+            for obj, q in (("key", self.q), ("cursed coin", self.q_trap)):
+                if f"take {obj}" in acts:
+                    take = rng.random() < q
+                    a, lp = (f"take {obj}", math.log(q)) if take else (move, math.log(1 - q) if q < 1 else 0.0)
+                    break
             ids = self.tok(f"<action>{a}</action><|im_end|>", add_special_tokens=False)["input_ids"]
             out.append(Sample(ids, [lp] + [0.0] * (len(ids) - 1)))
         return out
@@ -54,10 +62,11 @@ class KnownPolicy:
 
 @pytest.fixture(scope="module")
 def setup():
-    spec = envs.get_spec("pivot")
-    tok = policy.build_tokenizer(spec.vocabulary() + policy.template_texts(spec))
+    spec = envs.get_spec("keydoor")
+    tok = warmstart.build_tokenizer(spec.vocabulary() + warmstart.template_texts(spec))
     agent = Agent(KnownPolicy(tok), tok, spec)
-    pool = [envs.PivotEnv(p_with_key=P1, p_without=P0) for _ in range(64)]
+    pool = [spec.make(split="train", seed=0, rooms=4, pivot=1, distractors=0, p_key=P1, p_nokey=P0)
+            for _ in range(64)]
     return spec, tok, agent, pool
 
 
@@ -77,7 +86,9 @@ def test_delta_matches_analytic_value(setup):
         v = verify.estimate(agent, pool, tr, k, k, K, 1.0, seed=i)
         deltas.append(v.delta)
         ses.append(v.se)
-    analytic = (1 - Q) * (P1 - P0)
+    analytic = keydoor.analytic_value(1.0, P1, P0) - keydoor.analytic_value(Q, P1, P0)
+    assert analytic == pytest.approx((1 - Q) * (P1 - P0))
+    assert all(tr.turns[pivot_turn(tr)].truth == "key" for tr in trajs)     # the env's ground truth agrees
     mean = sum(deltas) / len(deltas)
     sd = math.sqrt(sum((d - mean) ** 2 for d in deltas) / (len(deltas) - 1))
     se_mean = sd / math.sqrt(len(deltas))
@@ -99,6 +110,32 @@ def test_non_pivotal_segment_has_zero_value(setup):
     mean = sum(deltas) / len(deltas)
     sd = math.sqrt(sum((d - mean) ** 2 for d in deltas) / (len(deltas) - 1))
     assert abs(mean) < 2 * sd / math.sqrt(len(deltas)) + 1e-9
+
+
+def test_trap_segment_has_its_negative_analytic_value(setup):
+    """The harmful decision: taking the cursed coin. Δ̂ of that one turn ≈ −p·trap·(1 − q_t),
+    p the door's chance the key decision left (the key is in room 1, the coin later)."""
+    spec, tok, _, _ = setup
+    agent = Agent(KnownPolicy(tok, Q, QT), tok, spec)
+    pool = [spec.make(split="train", seed=0, rooms=4, pivot=0, distractors=0, p_key=P1, p_nokey=P0, trap=TRAP)
+            for _ in range(64)]
+    groups = rollout_groups(agent, pool, list(range(60)), 1, 1.0, seed=5)
+    trajs = [g[0] for g in groups if any(t.truth == "trap" for t in g[0].turns)]
+    assert len(trajs) >= 10
+    deltas, analytic = [], []
+    for i in range(160):
+        tr = trajs[i % len(trajs)]
+        k = next(t.t for t in tr.turns if t.truth == "trap")
+        key = any(t.truth == "key" for t in tr.turns[:k])
+        assert tr.turns[k].action == "take cursed coin"
+        deltas.append(verify.estimate(agent, pool, tr, k, k, 8, 1.0, seed=3000 + i).delta)
+        q_key = 1.0 if key else 0.0
+        analytic.append(keydoor.analytic_value(q_key, P1, P0, TRAP, 1.0) - keydoor.analytic_value(q_key, P1, P0, TRAP, QT))
+    mean, want = sum(deltas) / len(deltas), sum(analytic) / len(analytic)
+    sd = math.sqrt(sum((d - mean) ** 2 for d in deltas) / (len(deltas) - 1))
+    se_mean = sd / math.sqrt(len(deltas))
+    assert want < -0.05 and abs(mean - want) < 2 * se_mean + 1e-9, (mean, want, se_mean)
+    assert mean < 0
 
 
 def test_segment_must_be_non_terminal(setup):
@@ -131,7 +168,7 @@ def test_prover_credit_adds_delta_to_segment_only(setup, tmp_path):
     import grpo
     from train import Config, Run
     spec, tok, agent, pool = setup
-    cfg = Config(env="pivot", method="prover", verify_k=8, temperature=1.0)
+    cfg = Config(env="keydoor", method="prover", verify_k=8, temperature=1.0)
     for task in range(100):
         groups = rollout_groups(agent, pool, [task], 8, 1.0, seed=100 + task)
         if prover.eligible(groups[0], 1, 3):

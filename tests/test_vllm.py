@@ -165,7 +165,7 @@ def test_train_py_rollout_vllm_prover_end_to_end(tmp_path):
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = tmp_path / "run"
-    args = [sys.executable, os.path.join(root, "train.py"), "--env", "pivot", "--rollout", "vllm", "--iters", "3",
+    args = [sys.executable, os.path.join(root, "train.py"), "--env", "keydoor", "--rollout", "vllm", "--iters", "3",
             "--eval-every", "3", "--eval-episodes", "8", "--tiny-hidden", "64", "--tiny-layers", "2",
             "--bc-episodes", "30", "--bc-steps", "40", "--group-size", "8", "--tasks-per-iter", "2",
             "--verify-k", "4", "--out", str(out), "--cache-dir", str(tmp_path / "cache")]

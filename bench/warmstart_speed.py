@@ -1,7 +1,7 @@
-"""bench/warmstart.py — wall time of the tiny policy's warm start, one process vs data parallel.
+"""bench/warmstart_speed.py — wall time of the tiny policy's warm start, one process vs data parallel.
 
-    python bench/warmstart.py                      # ALFWorld default, seed 1, 1 and 2 workers
-    python bench/warmstart.py --seed 0 --workers 1,2 --extra "--tiny-hidden 128"
+    python bench/warmstart_speed.py                      # ALFWorld default, seed 1, 1 and 2 workers
+    python bench/warmstart_speed.py --seed 0 --workers 1,2 --extra "--tiny-hidden 128"
 
 The warm start (tokenizer + random-init Qwen3 + behaviour cloning until the held-out success check
 reaches --bc-target, see policy.py) is what a user waits for before the first GRPO update, and the
@@ -37,10 +37,10 @@ def one(workers: int, seed: int, extra: list[str], env: str) -> dict:
                            env=dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1"))
         wall = time.perf_counter() - t0
         if r.returncode != 0:
-            sys.exit(f"bench/warmstart.py: `{shlex.join(cmd)}` failed (rc {r.returncode}): {(r.stderr.strip().splitlines() or [''])[-1]}")
+            sys.exit(f"bench/warmstart_speed.py: `{shlex.join(cmd)}` failed (rc {r.returncode}): {(r.stderr.strip().splitlines() or [''])[-1]}")
         done = glob.glob(os.path.join(tmp, "cache", "*", "done.json"))
         if len(done) != 1:
-            sys.exit(f"bench/warmstart.py: expected one warm start in the cache, found {len(done)}")
+            sys.exit(f"bench/warmstart_speed.py: expected one warm start in the cache, found {len(done)}")
         d = json.load(open(done[0]))
     last = d["checks"][-1] if d["checks"] else {}
     return {"workers": workers, "warm_start_s": round(d["seconds"], 1), "process_s": round(wall, 1),
@@ -59,7 +59,7 @@ def main():
     try:
         counts = [int(w) for w in a.workers.split(",")]
     except ValueError:
-        sys.exit(f"bench/warmstart.py: --workers {a.workers!r}: expected comma-separated integers")
+        sys.exit(f"bench/warmstart_speed.py: --workers {a.workers!r}: expected comma-separated integers")
     rows = [one(w, a.seed, shlex.split(a.extra), a.env) for w in counts]
     print(f"warm start of `train.py --env {a.env} --seed {a.seed}{' ' + a.extra if a.extra else ''}` ({os.cpu_count()} CPUs)")
     print("| workers | warm start s | process s | BC steps | success at stop | final loss |")

@@ -1,0 +1,411 @@
+"""Key-to-door: a text corridor whose pivotal decisions are known (the "credit lab").
+
+What this implements
+--------------------
+A small text game for measuring credit assignment where the ground truth is known. It follows
+the key-to-door design (an early decision that pays off only at the end, a long delay and
+distractors in between) in the `envs.Env` protocol, so every trainer, judge and verifier in the
+project runs on it unchanged.
+
+Rules
+-----
+* A corridor of `rooms` rooms, numbered 1..rooms in the text (0-based in the code). The agent
+  starts in room 1 and can only move on: `go forward` (not in the last room).
+* In room `pivot` (0-based; default 0, the first room, which makes the delay between the key and
+  the door the longest) lies a key. `take key` is the pivotal decision.
+* Every room holds `distractors` harmless objects (names drawn per task from `OBJECTS`). The agent
+  may `take X`, `drop X` (a held distractor, left in the current room) or `examine X` (a fixed
+  description sentence). None of them changes the outcome.
+* Optional trap (`trap` in [0, 1]; 0 = off): one extra object, always called "cursed coin", lies
+  in a room drawn per task (never the pivot room). Taking it, at any point, multiplies the door's
+  chance by (1 − trap) for the rest of the episode: a harmful decision.
+* The key and the coin cannot be dropped (so "took the key" and "holds the key at the door" are
+  the same event, and the coin's curse is permanent anyway).
+* In the last room, `open door` ends the episode. The door opens (won, reward 1.0) with
+  probability
+        p = (p_key if the key is held else p_nokey) · ((1 − trap) if the coin was taken else 1)
+  drawn from the env's own RNG (`self.rng`), which is consumed only at the door.
+* Step limit `max_steps` (default 3·rooms + 2). Every `step` call counts; reaching the limit ends
+  the episode as a failure. Text that is not an admissible action answers "Nothing happens."
+  (the step still counts); nothing ever raises.
+
+Randomness
+----------
+* Layout (distractor names, their order, the trap room): fixed per (seed, split, task).
+* The door draw: `reset(task)` seeds `self.rng` from (seed, split, task); `reseed(s)` replaces it.
+  The rollout calls `reseed` right after restoring every episode's start (a new per-episode
+  seed for new episodes, a fresh one for each continuation; see `rollout.run_episodes`), so the
+  G episodes of a group and the K continuations of a verification see independent draws.
+* `snapshot()` holds the whole state including the RNG state; `restore()` continues exactly from
+  there (the same actions give the same observations and the same door outcome).
+* The expert's key decision (`expert_key`) comes from a separate RNG seeded by (seed, split,
+  task) at reset and is part of the state.
+
+Analytic values (what the verification tests compare Δ̂ against)
+----------------------------------------------------------------
+Under a policy that, in the pivot room, takes the key with probability q and then always goes
+forward and opens the door in time (no trap):
+        V(s_pre)  = q·p_key + (1 − q)·p_nokey          (state before the pivot decision)
+        V(s_post) = p_key                              (state after taking the key)
+        A(take key) = V(s_post) − V(s_pre) = (1 − q)·(p_key − p_nokey)
+Every other decision (distractor actions, moves) has advantage 0. With the trap on and the coin
+taken with probability q_t (independently of the key), every value is multiplied by
+(1 − q_t·trap); after taking the coin by (1 − trap). `analytic_value` computes these.
+
+What it leaves out
+------------------
+No intermediate rewards (the TVT apples), no way back along the corridor, no partial credit
+(score = won), no visual observations; the test split is 128 fixed tasks, the training split is
+generated (unbounded).
+
+Run: `python -c "import keydoor; e = keydoor.make(); print(e.reset(0)[0])"`;
+tests: `python -m pytest -q tests/test_keydoor.py`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+import envs
+
+# ---------------------------------------------------------------------------------------------
+# Fixed text: object names and descriptions, messages (the vocabulary is built from these)
+# ---------------------------------------------------------------------------------------------
+KEY = "key"
+TRAP = "cursed coin"
+# harmless objects; single words, none of them is "key", "coin" or "door"
+OBJECTS = ["pebble", "feather", "candle", "spoon", "button", "ribbon", "acorn", "shell",
+           "thimble", "marble", "twig", "leaf", "cup", "brush", "sock"]
+DESCRIPTIONS = {
+    "pebble": "It is a smooth grey pebble.",
+    "feather": "It is a light white feather.",
+    "candle": "It is a short wax candle.",
+    "spoon": "It is a plain metal spoon.",
+    "button": "It is a round wooden button.",
+    "ribbon": "It is a long red ribbon.",
+    "acorn": "It is a small brown acorn.",
+    "shell": "It is a pale sea shell.",
+    "thimble": "It is a tiny brass thimble.",
+    "marble": "It is a glass marble.",
+    "twig": "It is a thin dry twig.",
+    "leaf": "It is a dry green leaf.",
+    "cup": "It is an empty tin cup.",
+    "brush": "It is an old paint brush.",
+    "sock": "It is a single wool sock.",
+    KEY: "It is a small iron key.",          # plain: no hint that it matters
+    TRAP: "It is a dull old coin.",
+}
+TASK = "find the door at the end of the corridor and open it."
+NOTHING = "Nothing happens."
+DOOR_OPENS = "The door opens."
+DOOR_SHUT = "The door stays shut."
+DOOR_HERE = "There is a door here."
+SPLITS = ("train", "test")
+TEST_TASKS = 128
+_SPLIT_CODE = {"train": 0, "test": 1}     # in every RNG seed: train and test tasks never coincide
+
+
+# ---------------------------------------------------------------------------------------------
+# Options (`--env-opt KEY=VALUE`); `max_steps` is train.py's own flag, passed as a keyword
+# ---------------------------------------------------------------------------------------------
+OPTIONS: dict[str, envs.EnvOption] = {
+    "rooms": envs.EnvOption(int, 8, envs.in_range(2, 64), "rooms in the corridor"),
+    "pivot": envs.EnvOption(int, 0, lambda v: None if v >= 0 else "must be >= 0",
+                            "0-based room holding the key (must be < rooms)"),
+    "p_key": envs.EnvOption(float, 0.8, envs.in_range(0.0, 1.0), "door's chance with the key"),
+    "p_nokey": envs.EnvOption(float, 0.2, envs.in_range(0.0, 1.0), "door's chance without the key"),
+    "distractors": envs.EnvOption(int, 1, envs.in_range(0, 4), "harmless objects per room"),
+    "trap": envs.EnvOption(float, 0.0, envs.in_range(0.0, 1.0),
+                           "taking the cursed coin multiplies the door's chance by 1 - trap (0 = no coin)"),
+    "expert_key": envs.EnvOption(float, 0.5, envs.in_range(0.0, 1.0),
+                                 "warm-start expert: chance it takes the key in an episode"),
+}
+
+
+def check_params(rooms: int, pivot: int, p_key: float, p_nokey: float, distractors: int,
+                 trap: float, expert_key: float, max_steps: int | None = None) -> None:
+    """Each option's own check plus the rules across options; ValueError with one line naming
+    the option. (parse_env_opts already checks each option alone; this also covers direct calls.)"""
+    vals = dict(rooms=rooms, pivot=pivot, p_key=p_key, p_nokey=p_nokey, distractors=distractors,
+                trap=trap, expert_key=expert_key)
+    for k, v in vals.items():
+        opt = OPTIONS[k]
+        ok_type = (isinstance(v, int) and not isinstance(v, bool)) if opt.type is int else \
+            (isinstance(v, (int, float)) and not isinstance(v, bool))
+        if not ok_type:
+            raise ValueError(f"keydoor: {k}={v!r}: not a valid {opt.type.__name__}")
+        if isinstance(v, float) and math.isnan(v):
+            raise ValueError(f"keydoor: {k}={v!r}: not a number")
+        err = opt.check(v)
+        if err:
+            raise ValueError(f"keydoor: {k}={v!r}: {err}")
+    if pivot >= rooms:
+        raise ValueError(f"keydoor: pivot={pivot}: must be < rooms ({rooms})")
+    if distractors > len(OBJECTS):       # per room names are distinct; in_range already caps at 4
+        raise ValueError(f"keydoor: distractors={distractors}: at most {len(OBJECTS)}")
+    if max_steps is not None and (not isinstance(max_steps, int) or isinstance(max_steps, bool)
+                                  or max_steps < rooms + 1):
+        raise ValueError(f"keydoor: max_steps={max_steps!r}: must be an int >= rooms + 1 ({rooms + 1}): "
+                         f"enough to take the key and open the door")
+
+
+# ---------------------------------------------------------------------------------------------
+# Analytic values
+# ---------------------------------------------------------------------------------------------
+def door_chance(key: bool, trap_taken: bool, p_key: float, p_nokey: float, trap: float) -> float:
+    """The door's chance to open given what is held."""
+    return (p_key if key else p_nokey) * ((1.0 - trap) if trap_taken else 1.0)
+
+
+def analytic_value(q_key: float, p_key: float = 0.8, p_nokey: float = 0.2, trap: float = 0.0,
+                   q_trap: float = 0.0) -> float:
+    """V = P(win) under a policy that takes the key with probability q_key and the coin with
+    probability q_trap (independently), and always opens the door within the step limit.
+    A decision already made is probability 1 or 0: V(after taking the key) = analytic_value(1.0),
+    V(after passing the key room without it) = analytic_value(0.0), and so on."""
+    return (q_key * p_key + (1.0 - q_key) * p_nokey) * (1.0 - q_trap * trap)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text helpers
+# ---------------------------------------------------------------------------------------------
+def _article(name: str) -> str:
+    return ("an " if name[0] in "aeiou" else "a ") + name
+
+
+def _listing(items) -> str:
+    """["candle", "key"] -> "a candle and a key"; three or more: "a, b and c"."""
+    parts = [_article(x) for x in items]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def room_text(room: int, rooms: int, items) -> str:
+    """"You are in room 3 of 8. You see a candle and a key." (+ the door in the last room)."""
+    s = f"You are in room {room + 1} of {rooms}."
+    if items:
+        s += f" You see {_listing(items)}."
+    if room == rooms - 1:
+        s += " " + DOOR_HERE
+    return s
+
+
+def _unique(xs) -> list[str]:
+    return list(dict.fromkeys(xs))
+
+
+# ---------------------------------------------------------------------------------------------
+# The env
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class State:
+    """The whole game state except the door RNG. Every field is immutable (tuples), so a shallow
+    copy is a deep copy: snapshots are cheap."""
+    task: int = -1
+    room: int = 0                          # 0-based
+    items: tuple = ()                      # items[r]: objects lying in room r (tuple of names)
+    held: tuple = ()                       # objects held, in the order taken
+    key: bool = False                      # the key is held
+    trap_taken: bool = False               # the coin was taken at some point
+    steps: int = 0
+    done: bool = False
+    won: bool = False
+    expert_takes_key: bool = False         # the imperfect expert's decision for this episode
+
+
+class KeyDoor:
+    """One corridor; see the module docstring for the rules."""
+    name = "keydoor"
+
+    def __init__(self, split: str = "train", seed: int = 0, rooms: int = 8, pivot: int = 0,
+                 p_key: float = 0.8, p_nokey: float = 0.2, distractors: int = 1, trap: float = 0.0,
+                 expert_key: float = 0.5, max_steps: int | None = None):
+        if split not in SPLITS:
+            raise ValueError(f"keydoor: no split {split!r}; choose one of {list(SPLITS)}")
+        check_params(rooms, pivot, p_key, p_nokey, distractors, trap, expert_key, max_steps or None)
+        max_steps = max_steps or 3 * rooms + 2          # 0 / None: the default
+        self.split, self.seed = split, int(seed)
+        self.rooms, self.pivot, self.distractors = rooms, pivot, distractors
+        self.p_key, self.p_nokey, self.trap, self.expert_key = float(p_key), float(p_nokey), float(trap), float(expert_key)
+        self.max_steps = max_steps
+        self.s = State()
+        self.rng = np.random.default_rng(self._seed_seq(-1, 0xD00))
+
+    # ---- seeding ------------------------------------------------------------------------------
+    def _seed_seq(self, task: int, purpose: int) -> list[int]:
+        # SeedSequence entropy: non-negative ints; the split code keeps train and test apart
+        return [self.seed % (1 << 63), _SPLIT_CODE[self.split], task + 1, purpose]
+
+    def layout(self, task: int) -> tuple[tuple[str, ...], ...]:
+        """Objects lying in each room at the start of `task`. All draws are made whatever the
+        options' values (p, trap), so one task has the same distractors with the trap on or off."""
+        g = np.random.default_rng(self._seed_seq(task, 0x1A7))
+        trap_room = int(g.choice([r for r in range(self.rooms) if r != self.pivot]))
+        out = []
+        for r in range(self.rooms):
+            names = [OBJECTS[i] for i in g.choice(len(OBJECTS), size=self.distractors, replace=False)]
+            kpos, cpos = int(g.integers(0, self.distractors + 1)), int(g.integers(0, self.distractors + 2))
+            if r == self.pivot:
+                names.insert(kpos, KEY)
+            if self.trap > 0 and r == trap_room:
+                names.insert(min(cpos, len(names)), TRAP)
+            out.append(tuple(names))
+        return tuple(out)
+
+    def trap_room(self, task: int) -> int | None:
+        """0-based room holding the coin in `task` (None with the trap off)."""
+        return next((r for r, it in enumerate(self.layout(task)) if TRAP in it), None)
+
+    # ---- protocol -----------------------------------------------------------------------------
+    def reset(self, task: int) -> tuple[str, dict]:
+        task = int(task)
+        if task < 0 or (self.split == "test" and task >= TEST_TASKS):
+            raise ValueError(f"keydoor: task {task} out of range for split {self.split!r}")
+        self.rng = np.random.default_rng(self._seed_seq(task, 0xD00))     # the door's draw
+        expert = np.random.default_rng(self._seed_seq(task, 0xE4)).random() < self.expert_key
+        self.s = State(task=task, items=self.layout(task), expert_takes_key=bool(expert))
+        return self._room() + f"\n\nYour task is to: {TASK}", self._info("")
+
+    def step(self, action: str) -> tuple[str, float, bool, dict]:
+        s = self.s
+        if s.done:
+            return NOTHING, 0.0, True, self._info("")
+        s.steps += 1
+        a = " ".join(str(action).lower().split())
+        verb, _, obj = a.partition(" ")
+        here, last = s.items[s.room], self.rooms - 1
+        pivotal, reward = "", 0.0
+        if a == "go forward" and s.room < last:
+            s.room += 1
+            obs = self._room()
+        elif a == "open door" and s.room == last:
+            p = door_chance(s.key, s.trap_taken, self.p_key, self.p_nokey, self.trap)
+            s.won = bool(self.rng.random() < p)          # the only use of self.rng
+            s.done = True
+            reward = float(s.won)
+            obs = DOOR_OPENS if s.won else DOOR_SHUT
+        elif verb == "take" and obj in here:
+            self._set_items(s.room, _without(here, obj))
+            s.held = s.held + (obj,)
+            if obj == KEY:
+                s.key, pivotal = True, "key"
+            elif obj == TRAP:
+                s.trap_taken, pivotal = True, "trap"
+            obs = f"You take the {obj}."
+        elif verb == "drop" and obj in s.held and obj not in (KEY, TRAP):
+            s.held = _without(s.held, obj)
+            self._set_items(s.room, here + (obj,))
+            obs = f"You drop the {obj}."
+        elif verb == "examine" and (obj in here or obj in s.held):
+            obs = DESCRIPTIONS[obj]
+        else:
+            obs = NOTHING
+        if s.steps >= self.max_steps:
+            s.done = True                                # out of steps: a failure unless just won
+        return obs, reward, s.done, self._info(pivotal)
+
+    def reseed(self, seed: int) -> None:
+        """Replace the door's RNG (fresh randomness for a new episode or a continuation)."""
+        self.rng = np.random.default_rng(int(seed) % (1 << 63))
+
+    def snapshot(self) -> Any:
+        return replace(self.s), self.rng.bit_generator.state   # the state getter returns a new dict
+
+    def restore(self, snap: Any) -> None:
+        st, rng_state = snap
+        self.s = replace(st)
+        self.rng = np.random.default_rng(0)
+        self.rng.bit_generator.state = rng_state
+
+    def expert_action(self) -> str:
+        """The imperfect expert: takes the key if it decided so at reset, never the coin, ignores
+        distractors, goes forward and opens the door."""
+        s = self.s
+        if s.room == self.pivot and KEY in s.items[s.room] and s.expert_takes_key:
+            return f"take {KEY}"
+        return "open door" if s.room == self.rooms - 1 else "go forward"
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def admissible(self) -> list[str]:
+        s = self.s
+        if s.done:
+            return []
+        here = s.items[s.room]
+        move = ["open door"] if s.room == self.rooms - 1 else ["go forward"]
+        return (move + [f"take {x}" for x in _unique(here)]
+                + [f"drop {x}" for x in _unique(s.held) if x not in (KEY, TRAP)]
+                + [f"examine {x}" for x in _unique(here + s.held)])
+
+    def _room(self) -> str:
+        return room_text(self.s.room, self.rooms, self.s.items[self.s.room])
+
+    def _set_items(self, room: int, items: tuple) -> None:
+        its = list(self.s.items)
+        its[room] = items
+        self.s.items = tuple(its)
+
+    def _info(self, pivotal: str) -> dict:
+        s = self.s
+        return {"task": TASK, "task_type": "keydoor", "admissible": self.admissible(),
+                "won": s.won, "score": float(s.won),
+                # ground truth: copied to Turn.truth, never shown to the policy or the judge
+                "pivotal": pivotal, "key_held": s.key, "trap_taken": s.trap_taken}
+
+
+def _without(xs: tuple, x: str) -> tuple:
+    """`xs` less its first `x`."""
+    i = xs.index(x)
+    return xs[:i] + xs[i + 1:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec
+# ---------------------------------------------------------------------------------------------
+def make(split: str = "train", seed: int = 0, **kw) -> KeyDoor:
+    """One env. Keywords: the `OPTIONS` (typed and range-checked) and `max_steps`."""
+    unknown = sorted(set(kw) - set(OPTIONS) - {"max_steps"})
+    if unknown:
+        raise ValueError(f"keydoor: unknown option {unknown[0]} (it has: {', '.join(sorted(OPTIONS))}, max_steps)")
+    return KeyDoor(split=split, seed=seed, **kw)
+
+
+def num_tasks(split: str) -> int | None:
+    return None if split == "train" else TEST_TASKS
+
+
+def vocabulary() -> list[str]:
+    """Every word env text can contain (numbers are tokenised digit by digit)."""
+    texts = [TASK, f"Your task is to: {TASK}", NOTHING, DOOR_OPENS, DOOR_SHUT, DOOR_HERE,
+             room_text(0, 2, ["acorn", "key", TRAP]), room_text(1, 2, []), "0 1 2 3 4 5 6 7 8 9",
+             "go forward", "open door", "take drop examine", "You take the . You drop the ."]
+    texts += OBJECTS + [KEY, TRAP] + list(DESCRIPTIONS.values())
+    return texts
+
+
+def chat_prompt(v: envs.PromptInput, history_len: int = 2) -> str:
+    """For real LLMs: the task, the last `history_len` steps, the current observation and the
+    admissible actions; the answer goes inside <action></action>."""
+    lines = ["You are playing a text game. You walk along a corridor of rooms.",
+             f"Your task is to: {v.task}"]
+    recent = v.history[max(0, len(v.history) - history_len):] if history_len else []
+    if recent:
+        lines.append(f"You have taken {v.step} step(s). Your most recent steps, oldest first:")
+        k0 = len(v.history) - len(recent)
+        for k, (o, a) in enumerate(recent):
+            lines.append(f"Step {k0 + k + 1}: you saw \"{o}\" and chose \"{a}\".")
+    lines.append(f"Current observation: {v.obs}")
+    lines.append("Admissible actions: " + ", ".join(f"'{a}'" for a in v.admissible) + ".")
+    lines.append("Think about which action helps you finish the task, then answer with exactly one "
+                 "admissible action inside <action></action> tags, e.g. <action>go forward</action>.")
+    return "\n".join(lines)
+
+
+SPEC = envs.EnvSpec(
+    name="keydoor", make=make, splits=SPLITS, num_tasks=num_tasks, vocabulary=vocabulary,
+    chat_prompt=chat_prompt, compact_prompt=envs.compact_prompt, parse=envs.parse_action_tag,
+    task_types=("keydoor",), options=OPTIONS,
+    # for lab.py: the pivotal action, and the action that walks toward it (probe prompts are the
+    # states in the pivot room reached by walking there on held-out tasks)
+    extra={"pivot_action": "take key", "walk_action": "go forward"})

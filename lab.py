@@ -1,0 +1,139 @@
+"""lab.py — the credit lab's metrics: each method's credit scored against the env's ground truth.
+
+In `keydoor` (keydoor.py) the pivotal decisions are known: the env labels the turn that took the
+key ("key") and the one that took the trap ("trap") in `info["pivotal"]`, which the rollout keeps in
+`Turn.truth` — never shown to the policy or the judge. From it, per update:
+
+    lab/q_key             the policy's exact probability of the pivotal response, averaged over a
+                          fixed set of P pivot-room prompts (held-out tasks, reached by walking
+                          there), from its log-probs at the rollout temperature — no sampling noise:
+                              q = mean_p Π_j π(y_j | prompt_p, y_<j),  y = "<action>take key</action><eos>"
+                          (the canonical tokenisation; another spelling of the same action is not counted)
+    lab/judge_hit         share of the judge's proposals whose segment [ℓ, r] contains a "key" turn
+                          of the examined success (ProVer)
+    lab/judge_key_present share of proposals whose examined success took the key at all (a lucky
+                          success without the key cannot be hit)
+    lab/credit_precision  share of the method's per-turn credit mass on pivotal turns:
+                              Σ_pivotal |c_t|·n_t / Σ_all |c_t|·n_t,   n_t = the turn's action tokens
+                          with c_t = A_final − A_GRPO for methods that add to GRPO (ProVer,
+                          CriticSearch, GiGPO's ω·A^S) and c_t = A_final for methods that replace it
+                          (SPO's segment advantages). GRPO has no per-turn credit: no value.
+    lab/credit_key        mean c_t over "key" turns (its sign says which way the key is pushed);
+    lab/credit_trap       the same over "trap" turns (a good method pushes these down)
+
+Leaves out: envs without ground truth (every lab/* key is absent there).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from grpo import Row, collate, token_logprobs
+from rollout import AgentState
+
+# how each method's credit relates to GRPO's advantages (see the docstring)
+CREDIT_KIND = {"prover": "added", "criticsearch": "added", "gigpo": "added", "spo-chain": "final", "spo-tree": "final"}
+PROBE_TASKS = 32
+
+
+@dataclass
+class Probe:
+    prompts: list[list[int]]          # P prompt ids at pivot-room states
+    response: list[int]               # ids of the pivotal response (+ eos)
+    pad_id: int
+    temperature: float = 1.0          # the rollout temperature: q is the probability rollouts sample with
+
+
+def probe_states(spec, env_kw: dict, seed: int, n: int = PROBE_TASKS) -> list[AgentState]:
+    """States at the pivot room of `n` held-out tasks, reached by the env's walk action (the
+    prompt history is that walk)."""
+    walk, pivot = spec.extra["walk_action"], spec.extra["pivot_action"]
+    env = spec.make(split=spec.splits[1], seed=seed, **env_kw)
+    out = []
+    for task in range(min(n, spec.num_tasks(spec.splits[1]) or n)):
+        obs, info = env.reset(task)
+        hist: tuple = ()
+        while pivot not in info["admissible"]:
+            nxt, _, done, info = env.step(walk)
+            hist, obs = hist + ((obs, walk),), nxt
+            if done:
+                raise ValueError(f"{spec.name}: walking never reaches the pivot action")
+        out.append(AgentState(None, obs, info, hist, len(hist)))
+    return out
+
+
+def make_probe(agent, spec, env_kw: dict, seed: int, temperature: float = 1.0) -> Probe | None:
+    """The fixed prompts for lab/q_key, or None for envs without a known pivotal action."""
+    if "pivot_action" not in spec.extra:
+        return None
+    prompts = agent.prompts_ids(probe_states(spec, env_kw, seed))
+    tok = agent.tok
+    response = tok(spec.response(spec.extra["pivot_action"]) + tok.eos_token, add_special_tokens=False)["input_ids"]
+    return Probe(prompts, response, tok.pad_token_id, temperature)
+
+
+@torch.no_grad()
+def q_key(model, probe: Probe) -> float:
+    """mean over the probe prompts of π(response | prompt) (the product of its token probabilities)."""
+    rows = [Row(p, probe.response, [0.0] * len(probe.response), 0.0) for p in probe.prompts]
+    ids, attn, mask, _, _ = collate(rows, probe.pad_id)                       # (P, T), (P, T), (P, T-1)
+    lp = token_logprobs(model, ids, attn, mask, probe.temperature)      # (P, T-1), zero off the response
+    return float(lp.sum(-1).exp().mean())
+
+
+def credit_sums(groups, adv_grpo, adv_final, kind: str | None) -> dict:
+    """Token-weighted |credit| on pivotal turns and in all, and the signed credit on key / trap turns."""
+    s = {"on": 0.0, "total": 0.0, "key_sum": 0.0, "key_n": 0, "trap_sum": 0.0, "trap_n": 0}
+    if kind is None:
+        return s
+    for g in range(min(len(groups), len(adv_grpo))):          # groups a method appended are not credit
+        for i, tr in enumerate(groups[g]):
+            for t, tn in enumerate(tr.turns):
+                c = adv_final[g][i][t] - (adv_grpo[g][i][t] if kind == "added" else 0.0)
+                mass = abs(c) * len(tn.action_ids)
+                s["total"] += mass
+                if tn.truth:
+                    s["on"] += mass
+                    s[tn.truth + "_sum"] += c
+                    s[tn.truth + "_n"] += 1
+    return s
+
+
+def judge_sums(groups, proposals) -> dict:
+    """Hits of the judge's proposals (g, sid, start, end, ...) on the examined success's key turn."""
+    hits = present = 0
+    for g, sid, start, end, *_ in proposals:
+        turns = groups[g][sid].turns
+        key = [t for t, tn in enumerate(turns) if tn.truth == "key"]
+        present += bool(key)
+        hits += any(start <= t <= end for t in key)
+    return {"proposals": len(proposals), "hits": hits, "present": present}
+
+
+def step_metrics(probe: Probe | None, model, groups, adv_grpo, adv_final, proposals, method: str) -> dict:
+    """This rank's raw sums for one update ({} outside the lab); `merge` turns ranks' sums into lab/*."""
+    if probe is None:
+        return {}
+    return {"q_key": q_key(model, probe), **credit_sums(groups, adv_grpo, adv_final, CREDIT_KIND.get(method)),
+            **judge_sums(groups, proposals), "shaped": method in CREDIT_KIND}
+
+
+def merge(parts: list[dict]) -> dict:
+    """lab/* from every rank's sums (q_key is the same on every rank: the same model)."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return {}
+    tot = {k: sum(p[k] for p in parts) for k in parts[0] if k not in ("q_key", "shaped")}
+    out = {"lab/q_key": parts[0]["q_key"]}
+    if parts[0]["shaped"] and tot["total"] > 0:
+        out["lab/credit_precision"] = tot["on"] / tot["total"]
+    if tot["key_n"] and parts[0]["shaped"]:
+        out["lab/credit_key"] = tot["key_sum"] / tot["key_n"]
+    if tot["trap_n"] and parts[0]["shaped"]:
+        out["lab/credit_trap"] = tot["trap_sum"] / tot["trap_n"]
+    if tot["proposals"]:
+        out["lab/judge_hit"] = tot["hits"] / tot["proposals"]
+        out["lab/judge_key_present"] = tot["present"] / tot["proposals"]
+        out["lab/proposals"] = tot["proposals"]
+    return out

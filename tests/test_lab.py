@@ -1,0 +1,148 @@
+"""The credit lab's metrics (lab.py), the paired statistics (bench/paired.py) and the code's shape.
+
+    python -m pytest -q tests/test_lab.py
+"""
+import ast
+import itertools
+import os
+import random
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import envs  # noqa: E402
+import lab  # noqa: E402
+import paired  # noqa: E402  (bench/paired.py)
+import warmstart  # noqa: E402
+from rollout import Agent, Trajectory, Turn  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def keydoor_policy():
+    spec = envs.get_spec("keydoor")
+    tok = warmstart.env_tokenizer(spec)
+    model = warmstart.build_tiny_model(len(tok), warmstart.TinyConfig(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128), seed=0)
+    return spec, tok, model
+
+
+def test_q_key_equals_a_hand_computation_from_the_logits(keydoor_policy):
+    spec, tok, model = keydoor_policy
+    kw = {"rooms": 4, "pivot": 1}
+    agent = Agent(None, tok, spec, history_len=2)
+    probe = lab.make_probe(agent, spec, kw, seed=0, temperature=0.7)
+    states = lab.probe_states(spec, kw, seed=0)
+    assert all("take key" in s.info["admissible"] and s.step == 1 for s in states)   # walked one room to the key
+    resp = tok("<action>take key</action>" + tok.eos_token, add_special_tokens=False)["input_ids"]
+    assert probe.response == resp
+    probs = []
+    with torch.no_grad():
+        for p in probe.prompts:            # one prompt at a time, full forward, no padding
+            logits = model(torch.tensor([p + resp])).logits[0] / 0.7        # (T, V)
+            lp = torch.log_softmax(logits, -1)
+            probs.append(float(sum(lp[len(p) - 1 + j, resp[j]] for j in range(len(resp))).exp()))
+    assert lab.q_key(model, probe) == pytest.approx(sum(probs) / len(probs), rel=1e-4)
+    assert 0.0 < lab.q_key(model, probe) < 1.0
+
+
+def _traj(tid, truths, ntok=3):
+    turns = [Turn(t=t, obs="o", admissible=[], text="", action="a", valid=True, next_obs="o", reward=0.0, done=False,
+                  action_ids=[1] * ntok, truth=tr) for t, tr in enumerate(truths)]
+    return Trajectory(traj_id=tid, group_id=0, task=0, task_text="", task_type="keydoor", turns=turns, won=True, score=1.0)
+
+
+def test_credit_precision_on_a_hand_built_group():
+    g = [[_traj(0, ["", "key", "", ""]), _traj(1, ["trap", "", ""])]]
+    grpo_adv = [[[0.5] * 4, [-0.5] * 3]]
+    final = [[[0.5, 0.75, 0.5, 0.6], [-0.7, -0.5, -0.5]]]          # +0.25 on key, +0.1 off, −0.2 on trap
+    s = lab.credit_sums(g, grpo_adv, final, "added")
+    m = lab.merge([{**s, "q_key": 0.3, "shaped": True, "proposals": 0, "hits": 0, "present": 0}])
+    assert m["lab/credit_precision"] == pytest.approx((0.25 + 0.2) / (0.25 + 0.1 + 0.2))
+    assert m["lab/credit_key"] == pytest.approx(0.25) and m["lab/credit_trap"] == pytest.approx(-0.2)
+    # a replacing method (SPO) is scored on its whole advantages
+    s2 = lab.credit_sums(g, grpo_adv, final, "final")
+    assert s2["on"] / s2["total"] == pytest.approx((0.75 + 0.7) * 3 / (3 * sum(map(abs, final[0][0] + final[0][1]))))
+    # judge hits: a proposal covering turn 1 of trajectory 0 hits; one on turns 2-3 does not
+    j = lab.judge_sums(g, [(0, 0, 0, 1, 0.2, True), (0, 0, 2, 3, 0.0, False), (0, 1, 0, 0, 0.1, True)])
+    assert j == {"proposals": 3, "hits": 1, "present": 2}
+
+
+def test_lab_metrics_absent_outside_the_lab():
+    spec = envs.get_spec("alfworld")
+    assert lab.make_probe(None, spec, {}, 0) is None
+    assert lab.step_metrics(None, None, [], [], [], [], "prover") == {} and lab.merge([{}]) == {}
+
+
+def test_paired_statistics_against_plain_loops():
+    d = [0.05, -0.01, 0.08, 0.03, 0.0, 0.06]
+    # exact sign flip: enumerate the 64 patterns by hand
+    obs = abs(sum(d))
+    hits = 0
+    for signs in itertools.product([1, -1], repeat=len(d)):
+        hits += abs(sum(s * x for s, x in zip(signs, d))) >= obs - 1e-12
+    assert paired.sign_flip_p(d) == hits / 64
+    assert paired.sign_flip_p([1.0, 2.0, 3.0]) == 0.25              # n = 3: the smallest p possible
+    # bootstrap: same resampling with a plain loop and the same RNG
+    rng, n, means = random.Random(0), len(d), []
+    for _ in range(10_000):
+        means.append(sum(d[rng.randrange(n)] for _ in range(n)) / n)
+    means.sort()
+    assert paired.bootstrap_ci(d) == (means[250], means[9749])
+    s = paired.paired({0: 0.5, 1: 0.6, 2: 0.7, 9: 0.1}, {0: 0.4, 1: 0.6, 2: 0.5})
+    assert s["seeds"] == [0, 1, 2] and s["mean"] == pytest.approx(0.1) and s["p"] == 0.5
+    assert paired.fmt(paired.summary([0.4]), 100) == "40.0 (n = 1, no spread)"
+    assert paired.fmt({"n": 0}) == "–"
+
+
+# ---------------------------------------------------------------------------------------------
+# the code's shape (issue #23): no import circles but the documented one, modules of bounded size
+# ---------------------------------------------------------------------------------------------
+def project_imports() -> dict[str, set[str]]:
+    mods = {f[:-3] for f in os.listdir(ROOT) if f.endswith(".py")}
+    graph = {}
+    for m in mods:
+        tree = ast.parse(open(os.path.join(ROOT, m + ".py")).read())
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                deps |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                deps.add(node.module.split(".")[0])
+        graph[m] = deps & mods - {m}
+    return graph
+
+
+# envs.py's registry imports the env modules lazily, and they import envs for EnvSpec/prompts
+DOCUMENTED = {frozenset({"envs", "keydoor"}), frozenset({"envs", "webshop"}), frozenset({"envs", "searchqa"})}
+
+
+def test_no_import_circles_but_the_env_registry():
+    g = project_imports()
+    cycles = []
+
+    def dfs(node, path):
+        for nxt in g[node]:
+            if nxt in path:
+                cyc = path[path.index(nxt):]
+                if frozenset(cyc) not in DOCUMENTED:
+                    cycles.append(cyc + [nxt])
+            elif len(path) < 12:
+                dfs(nxt, path + [nxt])
+    for m in g:
+        dfs(m, [m])
+    assert not cycles, f"import circles: {cycles[:3]}"
+    assert not g["policy"], "policy.py imports no other project module"
+    assert not g["chat"] if "chat" in g else True
+
+
+SIMULATORS = {"household", "webshop", "searchqa", "keydoor", "alfworld_tw"}
+
+
+def test_modules_are_of_bounded_size():
+    for f in os.listdir(ROOT):
+        if f.endswith(".py") and f[:-3] not in SIMULATORS:
+            n = sum(1 for _ in open(os.path.join(ROOT, f)))
+            assert n <= 650, f"{f}: {n} lines"
