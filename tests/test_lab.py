@@ -146,3 +146,35 @@ def test_modules_are_of_bounded_size():
         if f.endswith(".py") and f[:-3] not in SIMULATORS:
             n = sum(1 for _ in open(os.path.join(ROOT, f)))
             assert n <= 650, f"{f}: {n} lines"
+
+
+def test_a_failing_credit_step_is_confined_to_its_group(tmp_path, monkeypatch):
+    """train.credit: a method that raises on one group: that group keeps its GRPO advantages, the
+    others get the method's credit, errors.log holds the traceback; --strict re-raises."""
+    from collections import Counter
+    from types import SimpleNamespace
+    import train
+
+    def boom(groups, adv, run):
+        for g, grp in enumerate(groups):
+            if grp[0].group_id == 1:
+                raise RuntimeError("bad reply")
+            adv[g][0][0] += 1.0
+        return {"boom/groups": len(groups)}
+    monkeypatch.setitem(train.METHODS, "boom", boom)
+    groups = []
+    for gid in range(3):
+        t = _traj(0, ["", ""])
+        t.group_id = gid
+        groups.append([t])
+    adv = [[[0.1, 0.1]] for _ in range(3)]
+    run = train.Run(train.Config(method="boom"), SimpleNamespace(counter=Counter()), None, {}, [], None, str(tmp_path))
+    tr = SimpleNamespace(cfg=train.Config(method="boom"), run=run)
+    lines = []
+    st = train.credit(tr, groups, adv, 5, lines.append)
+    assert adv == [[[1.1, 0.1]], [[0.1, 0.1]], [[1.1, 0.1]]]
+    assert st["credit/failed_groups"] == 1 and st["boom/groups"] == 2 and run.agent.counter["credit/errors"] == 1
+    assert "RuntimeError: bad reply" in (tmp_path / "errors.log").read_text() and any("1 of 3 groups" in m for m in lines)
+    tr.cfg = train.Config(method="boom", strict=True)
+    with pytest.raises(RuntimeError):
+        train.credit(tr, groups, [[[0.1, 0.1]] for _ in range(3)], 6, lines.append)
