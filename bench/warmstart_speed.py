@@ -4,7 +4,7 @@
     python bench/warmstart_speed.py --seed 0 --workers 1,2 --extra "--tiny-hidden 128"
 
 The warm start (tokenizer + random-init Qwen3 + behaviour cloning until the held-out success check
-reaches --bc-target, see policy.py) is what a user waits for before the first GRPO update, and the
+reaches --bc-target, see warmstart.py) is what a user waits for before the first GRPO update, and the
 issue allows it 5 minutes on 2 cores. With local workers it is data parallel (each rank clones on
 half of every batch and plays half of the success checks), which should take the same number of
 steps to the same policy in less time. This runs `train.py --iters 0 --eval-every 0` (the warm

@@ -214,7 +214,7 @@ def test_tiny_tokenizer_keeps_product_ids_whole():
     """Built-in catalogue ids come from a fixed pool that SPEC.atomic hands to the tiny tokenizer
     (as the page shows them and as the admissible actions list them): the expert's click is an
     admissible action verbatim, and its id is one token, the same token the actions line shows."""
-    from policy import env_tokenizer
+    from warmstart import env_tokenizer
     spec = envs.get_spec("webshop")
     tok = env_tokenizer(spec)
     env = spec.make(split="test", seed=0)
