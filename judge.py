@@ -12,15 +12,18 @@ picks the shortest successful trajectory (`success_id`, see `shortest_success`).
       search_trajectory(query, top_k[, field]) — rapidfuzz search over the FAILED trajectories'
           turns (observation + action text) -> [{traj_id, turn, score, action, snippet}]
       get_segment(traj_id, start_turn, end_turn) — those turns verbatim (any trajectory),
-  * the output schema `{"failure_mode", "start_turn", "end_turn", "rationale"}` (traj_id of the
-    success is implied; an explicit one is accepted and checked).
+  * the output schema `{"failure_mode", "start_turn", "end_turn"[, "rationale"]}`: the paper
+    asks for one failure mode and a segment (ℓ, r), so those three are required; a rationale is
+    optional (a string when given); traj_id of the success is implied (an explicit one is
+    accepted and checked).
 
 It is asked to name ONE failure mode that recurs across the failed runs and return the SHORTEST
 non-terminal segment (start_turn..end_turn, inclusive, at most 4 action turns) of the successful
 run that solves or avoids it, excluding malformed / error-producing actions.
 
 Validation (`validate_proposal`), in this order, each failure with a short reason key:
-    schema          JSON object with failure_mode (non-empty str), start_turn, end_turn (ints)
+    schema          JSON object with every field of OUTPUT_SCHEMA["required"]: failure_mode
+                    (non-empty str), start_turn, end_turn (ints); rationale a str if present
     traj_id         explicit traj_id must be the success's
     bounds          0 <= start_turn, end_turn <= last turn
     reversed        start_turn <= end_turn
@@ -32,8 +35,13 @@ Validation (`validate_proposal`), in this order, each failure with a short reaso
 A rejected answer gets a repair turn that says precisely what was wrong (up to 3); after that the
 proposal is dropped and the reason key is reported (`JudgeResult.reason_key`) so it can be counted.
 Answers may be bare JSON, JSON inside prose, or a ```json fence; `<think>` blocks are ignored.
-Bad tool calls (unknown tool, oversized or malformed arguments, out-of-range turns) never raise:
-the judge gets an error string as the tool result. At most 8 tool rounds; a 9th is a drop.
+All parsing is chat.py's (linear time; nesting over 64, number literals over 40 characters and
+oversized values are rejected, and a `not_json` drop names which). Bad tool calls (unknown tool,
+oversized or malformed arguments, out-of-range turns) never raise: the judge gets an error string
+as the tool result. At most 8 tool rounds (a 9th is a drop) of at most 8 calls (the rest are not
+run; the judge is told). Each LLM proposal or critique has a wall-time budget (`max_seconds`,
+600 s by default): once spent, the call is a drop with reason key "timeout", so a slow or
+stalling endpoint costs one group, never an unbounded wait.
 
 Backends (`make_judge(name, **kw)`, explicit dict `JUDGES`)
 -----------------------------------------------------------
@@ -44,11 +52,9 @@ Backends (`make_judge(name, **kw)`, explicit dict `JUDGES`)
            earliest turn with the highest score (a 1-turn window, the shortest valid one); the
            failure mode is phrased from what the failures did in the most similar observations.
   random   a uniformly random valid segment of the success (the paper's ablation).
-  hf       a local transformers chat model; tools go through `apply_chat_template(tools=...)`,
-           tool calls are parsed from `<tool_call>{json}</tool_call>` (Qwen/Hermes) or plain JSON.
-  openai   any OpenAI-compatible /v1/chat/completions endpoint with `tools` (e.g. `vllm serve`),
-           via urllib; timeout + bounded retries with exponential backoff; exhausted retries are
-           a drop with reason ("endpoint timeout", "http 500", "connection error").
+  hf       a local transformers chat model (chat.HFChat), tool calls parsed from its text.
+  openai   any OpenAI-compatible /v1/chat/completions endpoint (chat.OpenAIChat); exhausted
+           retries or a malformed response are a drop ("endpoint timeout", "http 500", ...).
 
 CriticSearch (`Judge.critique`): the critic sees one full trajectory, its outcome and the gold
 answer (privileged) and returns one label per turn (+1 good / -1 bad / 0 unknown) as a JSON list;
@@ -62,27 +68,27 @@ Every call re-sends the whole conversation, so prompt tokens are summed over cal
 
 Our reconstruction (no official code exists): the prompt wording, the preview format, the
 search scorer (rapidfuzz WRatio, with one best hit per failed trajectory first so a single looping
-run cannot fill the results), the optional `field` argument of search_trajectory, all size caps,
-the builtin judge's heuristic, and the builtin critic's labels. Not covered: multi-segment
-proposals, judge-side caching across iterations, streaming responses.
+run cannot fill the results), the optional `field` argument of search_trajectory, all size caps
+and time budgets, the builtin judge's heuristic, and the builtin critic's labels. Not covered:
+multi-segment proposals, judge-side caching across iterations, streaming responses.
 
-Run the tests: `python -m pytest -q tests/test_judge.py`.
+Run the tests: `python -m pytest -q tests/test_judge.py tests/test_fuzz.py`.
 """
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from rapidfuzz import fuzz, process, utils
 
+from chat import (ChatFn, ChatReply, HFChat, OpenAIChat, estimate_tokens,  # noqa: F401  (re-
+                  json_values, loads, parse_text_tool_calls, rejects_note,  # exported: callers
+                  scan_json, strip_think, strip_tool_calls)                 # used judge.X)
 from rollout import Trajectory, Turn, shortest_success  # noqa: F401  (re-exported)
 
 # ---------------------------------------------------------------------------------------------
@@ -91,6 +97,8 @@ from rollout import Trajectory, Turn, shortest_success  # noqa: F401  (re-export
 MAX_SEGMENT_TURNS = 4         # paper: at most four action turns
 MAX_REPAIRS = 3               # paper: up to three repair turns
 MAX_TOOL_ROUNDS = 8           # ours: assistant replies carrying tool calls
+MAX_CALLS_PER_ROUND = 8       # ours: tool calls run per reply (the rest are not run)
+MAX_SECONDS = 600.0           # ours: wall-time budget of one LLM proposal or critique
 TOP_K_CAP = 10                # ours: search hits per call
 SPAN_CAP = 8                  # ours: turns per get_segment call
 QUERY_CHARS = 500             # ours: longest search query accepted
@@ -152,11 +160,6 @@ class Judge(Protocol):
 
     def critique(self, traj: Trajectory, gold: str | None = None,
                  group: list[Trajectory] | None = None) -> CritiqueResult: ...
-
-
-def estimate_tokens(text: str) -> int:
-    """Whitespace-split estimate, used where no tokenizer or usage report exists."""
-    return len(text.split())
 
 
 def turn_error(turn: Turn) -> str | None:
@@ -231,21 +234,20 @@ OUTPUT_SCHEMA: dict = {
         "end_turn": {"type": "integer", "description": "last turn of the segment (inclusive)"},
         "rationale": {"type": "string", "description": "why this segment avoids it"},
         "traj_id": {"type": "integer", "description": "optional; must be the successful one"}},
-    "required": ["failure_mode", "start_turn", "end_turn", "rationale"],
+    "required": ["failure_mode", "start_turn", "end_turn"],     # the paper's output: mode + (ℓ, r)
 }
 
 
 def _as_int(v: Any) -> int | None:
-    """LLMs write 3, 3.0 or "3"; all mean turn 3. Bools are not turn numbers."""
+    """LLMs write 3, 3.0 or "3"; all mean turn 3. Bools are not turn numbers, and nothing past
+    18 digits is one either (a 5,000-digit string would make int() raise)."""
     if isinstance(v, bool):
         return None
-    if isinstance(v, int):
-        return v
     if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str) and re.fullmatch(r"\s*-?\d+\s*", v):
-        return int(v)
-    return None
+        v = int(v)
+    if isinstance(v, str) and re.fullmatch(r"\s*-?\d{1,18}\s*", v):
+        v = int(v)
+    return v if isinstance(v, int) and abs(v) < 10 ** 18 else None
 
 
 class GroupTools:
@@ -268,20 +270,24 @@ class GroupTools:
         return _cut(out, RESULT_CHARS)
 
     def _call(self, name: str, arguments: str | dict) -> str:
-        if name == "<unparseable>":     # a <tool_call> block whose JSON did not parse
+        if name == "<unparseable>":     # a tool call whose JSON did not parse (chat.py)
             return ('error: the tool call is not valid JSON of the form {"name": ..., '
                     f'"arguments": {{...}}}}: {_cut(str(arguments), 200)}')
-        if name not in _TOOL_FNS:
-            return f"error: unknown tool {name!r}; available tools: {sorted(_TOOL_FNS)}"
-        if isinstance(arguments, str):
-            if len(arguments) > ARGS_CHARS:
-                return f"error: arguments too large ({len(arguments)} chars > {ARGS_CHARS})"
+        if not isinstance(name, str) or name not in _TOOL_FNS:
+            return (f"error: unknown tool {_cut(repr(name), 100)}; available tools: "
+                    f"{sorted(_TOOL_FNS)}")
+        if not isinstance(arguments, str):          # a dict from a Python caller: measure it
             try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError as e:
-                return f"error: arguments are not valid JSON ({e.msg} at char {e.pos})"
-        elif len(json.dumps(arguments, default=str)) > ARGS_CHARS:
-            return f"error: arguments too large (> {ARGS_CHARS} chars)"
+                arguments = json.dumps(arguments, default=str)
+            except (ValueError, TypeError, RecursionError):
+                return "error: arguments are not JSON-serialisable"
+        if len(arguments) > ARGS_CHARS:
+            return f"error: arguments too large ({len(arguments)} chars > {ARGS_CHARS})"
+        # bounded decode: 2,000 characters hold 1,000 nested brackets, which json.loads
+        # alone answers with RecursionError
+        arguments, why = loads(arguments) if arguments.strip() else ({}, None)
+        if why:
+            return f"error: arguments are not valid JSON ({why})"
         if not isinstance(arguments, dict):
             return "error: arguments must be a JSON object"
         return _TOOL_FNS[name](self, arguments)
@@ -375,7 +381,7 @@ def validate_proposal(obj: Any, group: list[Trajectory], success_id: int
     """(Proposal, None) or (None, "key: precise message for the repair turn")."""
     if not isinstance(obj, dict):
         return None, f"schema: expected a JSON object, got {type(obj).__name__}"
-    missing = [k for k in ("failure_mode", "start_turn", "end_turn") if k not in obj]
+    missing = [k for k in OUTPUT_SCHEMA["required"] if k not in obj]   # one list for both
     if missing:
         return None, f"schema: missing field(s) {missing}; required: {OUTPUT_SCHEMA['required']}"
     fm, rat = obj["failure_mode"], obj.get("rationale", "")
@@ -385,10 +391,11 @@ def validate_proposal(obj: Any, group: list[Trajectory], success_id: int
         return None, "schema: rationale must be a string"
     s, e = _as_int(obj["start_turn"]), _as_int(obj["end_turn"])
     if s is None or e is None:
-        return None, (f"schema: start_turn and end_turn must be integers "
-                      f"(got {obj['start_turn']!r}, {obj['end_turn']!r})")
+        return None, (f"schema: start_turn and end_turn must be integers (got "
+                      f"{_cut(repr(obj['start_turn']), 60)}, {_cut(repr(obj['end_turn']), 60)})")
     if "traj_id" in obj and obj["traj_id"] is not None and _as_int(obj["traj_id"]) != success_id:
-        return None, (f"traj_id: traj_id {obj['traj_id']!r} is not the successful trajectory; "
+        return None, (f"traj_id: traj_id {_cut(repr(obj['traj_id']), 60)} is not the successful "
+                      "trajectory; "
                       f"the segment must come from trajectory {success_id} (or omit traj_id)")
     turns = group[success_id].turns
     last = len(turns) - 1
@@ -409,75 +416,6 @@ def validate_proposal(obj: Any, group: list[Trajectory], success_id: int
             return None, (f"invalid_action: turn {t.t} is error-producing ({why}); choose a "
                           f"segment that excludes it")
     return Proposal(group[success_id].traj_id, s, e, fm.strip(), rat.strip()), None
-
-
-# ---------------------------------------------------------------------------------------------
-# Parsing model text: JSON in prose / fences, tool calls in text
-# ---------------------------------------------------------------------------------------------
-_THINK_RE = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
-_FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
-_TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-
-
-def strip_think(text: str) -> str:
-    return _THINK_RE.sub("", text or "")
-
-
-def json_values(text: str) -> list[Any]:
-    """Every JSON object/array found in `text`: fenced blocks first, then any '{' or '[' that
-    starts a decodable value (outermost only). Handles bare JSON and JSON inside prose."""
-    text = strip_think(text)
-    dec, found = json.JSONDecoder(), []
-    for block in _FENCE_RE.findall(text):
-        try:
-            found.append(json.loads(block))
-        except json.JSONDecodeError:
-            pass        # a broken fence may still contain a decodable object; scanned below
-    pos, n = 0, len(text)
-    while pos < n:
-        j = min((p for p in (text.find("{", pos), text.find("[", pos)) if p >= 0), default=-1)
-        if j < 0:
-            break
-        try:
-            val, end = dec.raw_decode(text, j)
-            found.append(val)
-            pos = end
-        except json.JSONDecodeError:
-            pos = j + 1
-    return found
-
-
-def parse_proposal(text: str) -> dict | None:
-    """The proposal object in a reply: the last object with turn fields, else the last object."""
-    objs = [v for v in json_values(text) if isinstance(v, dict)]
-    with_turns = [o for o in objs if "start_turn" in o or "end_turn" in o]
-    return (with_turns or objs or [None])[-1]
-
-
-def parse_text_tool_calls(text: str) -> list[dict]:
-    """Tool calls written as text: `<tool_call>{"name":..,"arguments":..}</tool_call>` (Qwen /
-    Hermes templates) or a plain JSON object with "name" and "arguments". Arguments are returned
-    as a JSON string, as the OpenAI API does; a broken call keeps its raw text so the tool layer
-    answers with an error string."""
-    text = strip_think(text)
-    calls = []
-    blocks = _TOOL_CALL_RE.findall(text)
-    if not blocks:
-        objs = [v for v in json_values(text) if isinstance(v, dict)
-                and "name" in v and "arguments" in v and "start_turn" not in v]
-        blocks = [json.dumps(o) for o in objs]
-    for k, raw in enumerate(blocks):
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError:
-            obj = None
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            calls.append({"id": f"call_{k}", "name": "<unparseable>", "arguments": raw})
-            continue
-        args = obj.get("arguments", obj.get("parameters", {}))
-        calls.append({"id": f"call_{k}", "name": obj["name"],
-                      "arguments": args if isinstance(args, str) else json.dumps(args)})
-    return calls
 
 
 # ---------------------------------------------------------------------------------------------
@@ -529,191 +467,67 @@ USER_KICKOFF = ("Investigate the failures with the tools if useful, then answer 
 
 def _repair_message(error: str) -> str:
     return (f"Your answer was rejected: {error}. Reply with ONLY the corrected JSON object "
-            f"{{\"failure_mode\": str, \"start_turn\": int, \"end_turn\": int, \"rationale\": str}}.")
+            f"{{\"failure_mode\": str, \"start_turn\": int, \"end_turn\": int, \"rationale\": str "
+            f"(optional)}}.")
 
 
-# ---------------------------------------------------------------------------------------------
-# Chat backends: messages (OpenAI format) + tools -> ChatReply
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class ChatReply:
-    content: str = ""
-    tool_calls: list[dict] = field(default_factory=list)   # [{"id", "name", "arguments": str}]
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    error: str | None = None          # "endpoint timeout", "http 500", ... -> a drop
+def find_proposal(text: str) -> tuple[dict | None, str | None]:
+    """(the proposal object in a reply: the last object with turn fields, else the last object;
+    None with a not_json reason when there is none, naming any hostile-input rejection)."""
+    values, rejects = scan_json(text)
+    objs = [v for v in values if isinstance(v, dict)]
+    with_turns = [o for o in objs if "start_turn" in o or "end_turn" in o]
+    obj = (with_turns or objs or [None])[-1]
+    return obj, None if obj is not None else ("not_json: no JSON object found in the reply"
+                                              + rejects_note(rejects))
 
 
-ChatFn = Callable[[list[dict], "list[dict] | None"], ChatReply]
-
-
-class OpenAIChat:
-    """POST {base_url}/chat/completions with urllib. base_url includes /v1, as OPENAI_BASE_URL
-    does by convention (e.g. http://localhost:8000/v1 for `vllm serve`)."""
-
-    def __init__(self, base_url: str | None = None, model: str | None = None,
-                 api_key: str | None = None, timeout: float = 120.0, retries: int = 3,
-                 backoff: float = 2.0, temperature: float = 0.0, max_tokens: int = 1024):
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "").rstrip("/")
-        self.model = model or os.environ.get("JUDGE_MODEL")
-        if not self.base_url or not self.model:
-            raise ValueError("judge 'openai' needs a base URL and a model: pass base_url=/model= "
-                             "or set OPENAI_BASE_URL (e.g. http://localhost:8000/v1) and JUDGE_MODEL")
-        self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        self.timeout, self.retries, self.backoff = timeout, retries, backoff
-        self.temperature, self.max_tokens = temperature, max_tokens
-
-    def _post(self, body: dict) -> tuple[dict | None, str | None, bool]:
-        """(response, error, retriable)."""
-        req = urllib.request.Request(
-            self.base_url + "/chat/completions", data=json.dumps(body).encode(), method="POST",
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                raw = r.read()
-        except urllib.error.HTTPError as e:
-            return None, f"http {e.code}", e.code >= 500 or e.code == 429
-        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            if isinstance(e, TimeoutError) or isinstance(reason, TimeoutError):
-                return None, "endpoint timeout", True
-            return None, f"connection error: {reason}", True
-        try:
-            return json.loads(raw), None, False
-        except json.JSONDecodeError:
-            return None, "bad_response: body is not JSON", False
-
-    def __call__(self, messages: list[dict], tools: list[dict] | None) -> ChatReply:
-        body = {"model": self.model, "messages": messages, "temperature": self.temperature,
-                "max_tokens": self.max_tokens}
-        if tools:
-            body["tools"], body["tool_choice"] = tools, "auto"
-        err = None
-        for attempt in range(self.retries + 1):
-            resp, err, retriable = self._post(body)
-            if resp is not None or not retriable:
-                break
-            if attempt < self.retries:
-                time.sleep(self.backoff * 2 ** attempt)     # exponential backoff
-        if resp is None:
-            return ChatReply(error=f"{err}: after {attempt + 1} attempt(s), timeout {self.timeout}s")
-        return _openai_reply(resp, messages)
-
-
-def _openai_reply(resp: dict, messages: list[dict]) -> ChatReply:
-    try:
-        msg = resp["choices"][0]["message"]
-    except (KeyError, IndexError, TypeError):
-        return ChatReply(error="bad_response: no choices[0].message")
-    calls = []
-    for k, tc in enumerate(msg.get("tool_calls") or []):
-        fn = (tc or {}).get("function") or {}
-        args = fn.get("arguments", "")
-        calls.append({"id": tc.get("id") or f"call_{k}", "name": str(fn.get("name", "")),
-                      "arguments": args if isinstance(args, str) else json.dumps(args)})
-    content = msg.get("content") or ""
-    usage = resp.get("usage") or {}
-    pt = usage.get("prompt_tokens")
-    ct = usage.get("completion_tokens")
-    if pt is None:      # no usage report: estimate what was sent and received
-        pt = sum(estimate_tokens(str(m.get("content") or "")) for m in messages)
-    if ct is None:
-        ct = estimate_tokens(content) + sum(estimate_tokens(c["arguments"]) for c in calls)
-    return ChatReply(content=content, tool_calls=calls, prompt_tokens=int(pt),
-                     completion_tokens=int(ct))
-
-
-class HFChat:
-    """A local transformers chat model. Tools are rendered by the tokenizer's chat template
-    (`apply_chat_template(tools=...)`); tool calls are parsed from the generated text."""
-
-    def __init__(self, model: Any, tokenizer: Any = None, max_new_tokens: int = 384,
-                 temperature: float = 0.0, max_context: int | None = None):
-        if isinstance(model, (str, os.PathLike)) or isinstance(tokenizer, (str, os.PathLike)):
-            from transformers import AutoModelForCausalLM, AutoTokenizer   # optional extra
-        if isinstance(model, (str, os.PathLike)):
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
-            model = AutoModelForCausalLM.from_pretrained(model)
-        elif isinstance(tokenizer, (str, os.PathLike)):
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
-        if tokenizer is None:
-            raise ValueError("judge 'hf' needs a tokenizer when `model` is a model object")
-        self.model, self.tok = model.eval(), tokenizer
-        self.max_new_tokens, self.temperature = max_new_tokens, temperature
-        self.max_context = max_context or getattr(model.config, "max_position_embeddings", None)
-
-    def _render(self, messages: list[dict], tools: list[dict] | None) -> str:
-        msgs = []
-        for m in messages:    # HF templates want tool-call arguments as dicts, not JSON strings
-            m = dict(m)
-            if m.get("tool_calls"):
-                m["tool_calls"] = [{"type": "function", "id": c["id"], "function": {
-                    "name": c["function"]["name"], "arguments": _loads_or_raw(c["function"]["arguments"])}}
-                    for c in m["tool_calls"]]
-            msgs.append(m)
-        kw = {"tools": tools} if tools else {}
-        return self.tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False, **kw)
-
-    def __call__(self, messages: list[dict], tools: list[dict] | None) -> ChatReply:
-        import torch
-        try:
-            prompt = self._render(messages, tools)
-        except Exception as e:   # jinja errors depend on the data; a typed drop, never a crash
-            return ChatReply(error=f"template: {type(e).__name__}: {e}")
-        enc = self.tok(prompt, return_tensors="pt", add_special_tokens=False)
-        n = enc["input_ids"].shape[1]                                    # prompt length
-        if self.max_context and n + self.max_new_tokens > self.max_context:
-            return ChatReply(error=f"context: prompt {n} + {self.max_new_tokens} new tokens "
-                                   f"> {self.max_context}", prompt_tokens=n)
-        gen = dict(max_new_tokens=self.max_new_tokens, do_sample=self.temperature > 0,
-                   pad_token_id=self.tok.pad_token_id if self.tok.pad_token_id is not None
-                   else self.tok.eos_token_id)
-        if self.temperature > 0:
-            gen["temperature"] = self.temperature
-        if getattr(self.model.generation_config, "eos_token_id", None) is None:
-            gen["eos_token_id"] = self.tok.eos_token_id
-        device = next(self.model.parameters()).device
-        with torch.no_grad():
-            out = self.model.generate(**{k: v.to(device) for k, v in enc.items()}, **gen)
-        new = out[0, n:]                                                 # (new tokens,)
-        text = self.tok.decode(new, skip_special_tokens=False)
-        for sp in {self.tok.eos_token, self.tok.pad_token, "<|im_end|>", "<|endoftext|>"} - {None}:
-            text = text.replace(sp, "")
-        # tool calls stay in the text; AgentJudge parses them like any text-only server's
-        return ChatReply(content=text.strip(), prompt_tokens=int(n),
-                         completion_tokens=int(new.numel()))
-
-
-def _loads_or_raw(s: Any) -> Any:
-    if not isinstance(s, str):
-        return s
-    try:
-        return json.loads(s)
-    except json.JSONDecodeError:
-        return {"raw": s}
+def parse_proposal(text: str) -> dict | None:
+    return find_proposal(text)[0]
 
 
 # ---------------------------------------------------------------------------------------------
 # The judge agent loop (hf and openai backends)
 # ---------------------------------------------------------------------------------------------
 class AgentJudge:
-    """An LLM judge: system prompt -> [tool rounds] -> JSON proposal -> validate -> repair."""
+    """An LLM judge: system prompt -> [tool rounds] -> JSON proposal -> validate -> repair, all
+    within `max_seconds` of wall time (None: no budget; each chat call still has its own
+    timeout and retries)."""
 
     def __init__(self, chat: ChatFn, name: str = "agent", max_tool_rounds: int = MAX_TOOL_ROUNDS,
-                 max_repairs: int = MAX_REPAIRS):
+                 max_repairs: int = MAX_REPAIRS, max_seconds: float | None = MAX_SECONDS):
         self.chat, self.name = chat, name
         self.max_tool_rounds, self.max_repairs = max_tool_rounds, max_repairs
+        self.max_seconds = max_seconds
+
+    def _deadline(self) -> float | None:
+        return None if self.max_seconds is None else time.monotonic() + self.max_seconds
+
+    def _ask(self, msgs: list[dict], tools: list[dict] | None, deadline: float | None) -> ChatReply:
+        """One chat call under the budget. The clients honour `deadline` themselves; the checks
+        here also cover the time spent between calls (tool searches) and any chat function that
+        overran it."""
+        late = ChatReply(error=f"timeout: the judge call used its max_seconds={self.max_seconds} "
+                               "wall-time budget")
+        if deadline is not None and time.monotonic() >= deadline:
+            return late
+        reply = self.chat(msgs, tools, deadline=deadline)
+        if deadline is not None and time.monotonic() > deadline and not reply.error:
+            late.prompt_tokens, late.completion_tokens = reply.prompt_tokens, reply.completion_tokens
+            return late          # it answered, but too late to count: the budget is the bound
+        return reply
 
     def propose(self, group: list[Trajectory], success_id: int) -> JudgeResult:
         bad = _check_group(group, success_id)
         if bad:
             return _dropped(bad)
+        deadline = self._deadline()
         tools = GroupTools(group, success_id)
         msgs = [{"role": "system", "content": build_system_prompt(group, success_id)},
                 {"role": "user", "content": USER_KICKOFF}]
         st = {"pt": 0, "ct": 0, "rounds": 0, "repairs": 0}
         while True:         # terminates: every pass uses a tool round or a repair, both capped
-            reply = self.chat(msgs, TOOLS)
+            reply = self._ask(msgs, TOOLS, deadline)
             st["pt"] += reply.prompt_tokens
             st["ct"] += reply.completion_tokens
             if reply.error:
@@ -728,9 +542,8 @@ class AgentJudge:
                 self._run_tools(reply, tools, msgs, last=st["rounds"] == self.max_tool_rounds)
                 continue
             msgs.append({"role": "assistant", "content": reply.content})
-            obj = parse_proposal(reply.content)
-            prop, err = (None, "not_json: no JSON object found in the reply") if obj is None \
-                else validate_proposal(obj, group, success_id)
+            obj, err = find_proposal(reply.content)
+            prop, err = (None, err) if obj is None else validate_proposal(obj, group, success_id)
             if prop is not None:
                 return self._result(prop, None, st, tools, msgs)
             if st["repairs"] >= self.max_repairs:
@@ -739,13 +552,16 @@ class AgentJudge:
             msgs.append({"role": "user", "content": _repair_message(err)})
 
     def _run_tools(self, reply: ChatReply, tools: GroupTools, msgs: list[dict], last: bool):
-        content = _TOOL_CALL_RE.sub("", reply.content).strip()    # calls live in tool_calls
-        msgs.append({"role": "assistant", "content": content, "tool_calls": [
-            {"id": c["id"], "type": "function",
-             "function": {"name": c["name"], "arguments": c["arguments"]}}
-            for c in reply.tool_calls]})
-        for c in reply.tool_calls:
+        calls = reply.tool_calls[:MAX_CALLS_PER_ROUND]     # a reply of 10,000 calls runs 8
+        msgs.append({"role": "assistant", "content": strip_tool_calls(reply.content),
+                     "tool_calls": [{"id": c["id"], "type": "function",
+                                     "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                    for c in calls]})
+        for k, c in enumerate(calls):
             out = tools.call(c["name"], c["arguments"])
+            if k == len(calls) - 1 and len(reply.tool_calls) > len(calls):
+                out += (f"\n(note: {len(reply.tool_calls) - len(calls)} further tool calls of that "
+                        f"reply were not run; at most {MAX_CALLS_PER_ROUND} per reply)")
             if last:
                 out += "\n(note: that was your last tool round; reply with the final JSON now)"
             msgs.append({"role": "tool", "tool_call_id": c["id"], "name": c["name"],
@@ -764,7 +580,7 @@ class AgentJudge:
         gold answer (`group` is ignored: the critic judges one trajectory at a time)."""
         msgs = [{"role": "system", "content": CRITIC_SYSTEM},
                 {"role": "user", "content": critic_prompt(traj, gold)}]
-        reply = self.chat(msgs, None)
+        reply = self._ask(msgs, None, self._deadline())
         msgs.append({"role": "assistant", "content": reply.content})
         n = len(traj.turns)
         labels, reason = ([0.0] * n, reply.error) if reply.error else parse_labels(reply.content, n)
@@ -806,8 +622,10 @@ def _label(v: Any) -> float | None:
 
 
 def parse_labels(text: str, n: int) -> tuple[list[float], str | None]:
-    """(labels, None) or (n neutral zeros, reason)."""
-    for v in reversed(json_values(text)):
+    """(labels, None) or (n neutral zeros, reason). The last list (or {"labels": [...]}) in the
+    reply counts; chat.scan_json bounds the parse (depth, size, numbers, time)."""
+    values, rejects = scan_json(text)
+    for v in reversed(values):
         if isinstance(v, dict):
             v = v.get("labels")
         if not isinstance(v, list):
@@ -818,7 +636,7 @@ def parse_labels(text: str, n: int) -> tuple[list[float], str | None]:
         if len(labels) != n:
             return [0.0] * n, f"wrong_length: {len(labels)} labels for {n} turns"
         return labels, None
-    return [0.0] * n, "not_json: no JSON list of labels in the reply"
+    return [0.0] * n, "not_json: no JSON list of labels in the reply" + rejects_note(rejects)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -951,7 +769,7 @@ class RandomJudge:
 # Registry
 # ---------------------------------------------------------------------------------------------
 def _loop_kw(kw: dict) -> dict:
-    return {k: kw.pop(k) for k in ("max_tool_rounds", "max_repairs") if k in kw}
+    return {k: kw.pop(k) for k in ("max_tool_rounds", "max_repairs", "max_seconds") if k in kw}
 
 
 def _make_hf(**kw) -> AgentJudge:
@@ -975,7 +793,7 @@ JUDGES: dict[str, Callable[..., Judge]] = {
 def make_judge(name: str, **kw) -> Judge:
     """builtin | random(seed=) | hf(model=, tokenizer=, max_new_tokens=, temperature=) |
     openai(base_url=, model=, api_key=, timeout=, retries=, backoff=, ...); the agent judges
-    also take max_tool_rounds= and max_repairs=."""
+    also take max_tool_rounds=, max_repairs= and max_seconds= (wall-time budget per call)."""
     if name not in JUDGES:
         raise ValueError(f"unknown judge {name!r}; choose one of {sorted(JUDGES)}")
     return JUDGES[name](**kw)

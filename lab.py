@@ -7,8 +7,10 @@ key ("key") and the one that took the trap ("trap") in `info["pivotal"]`, which 
     lab/q_key             the policy's exact probability of the pivotal response, averaged over a
                           fixed set of P pivot-room prompts (held-out tasks, reached by walking
                           there), from its log-probs at the rollout temperature — no sampling noise:
-                              q = mean_p Π_j π(y_j | prompt_p, y_<j),  y = "<action>take key</action><eos>"
-                          (the canonical tokenisation; another spelling of the same action is not counted)
+                              q = mean_p Π_j π(y_j | prompt_p, y_<j),  y = "<action>take key</action>"
+                          with y the response up to its closing tag: the env acts on the first
+                          `<action>…</action>`, so what follows it does not matter (the canonical
+                          tokenisation; another spelling of the same action is not counted)
     lab/judge_hit         share of the judge's proposals whose segment [ℓ, r] contains a "key" turn
                           of the examined success (ProVer)
     lab/judge_key_present share of proposals whose examined success took the key at all (a lucky
@@ -40,7 +42,7 @@ PROBE_TASKS = 32
 @dataclass
 class Probe:
     prompts: list[list[int]]          # P prompt ids at pivot-room states
-    response: list[int]               # ids of the pivotal response (+ eos)
+    response: list[int]               # ids of the pivotal response, up to its closing tag
     pad_id: int
     temperature: float = 1.0          # the rollout temperature: q is the probability rollouts sample with
 
@@ -69,7 +71,7 @@ def make_probe(agent, spec, env_kw: dict, seed: int, temperature: float = 1.0) -
         return None
     prompts = agent.prompts_ids(probe_states(spec, env_kw, seed))
     tok = agent.tok
-    response = tok(spec.response(spec.extra["pivot_action"]) + tok.eos_token, add_special_tokens=False)["input_ids"]
+    response = tok(spec.response(spec.extra["pivot_action"]), add_special_tokens=False)["input_ids"]
     return Probe(prompts, response, tok.pad_token_id, temperature)
 
 

@@ -20,9 +20,18 @@ What this implements (facts from shared/reference/webshop_searchqa.md §B; our c
   {"queries": [str], "topk": int|null, "return_scores": bool} -> {"result": [[{"document":
   {"id", "contents", "title", "text"}, "score": float}, ...] per query]}, bare documents without
   scores; verl-agent's single {"query": str} is accepted too), standard library only
-  (ThreadingHTTPServer), bound to 127.0.0.1 by default. Bad requests get 4xx + {"error": ...}.
+  (ThreadingHTTPServer), bound to 127.0.0.1 by default. Every malformed request gets a JSON 4xx
+  {"error": ...} and one log line, and the server keeps serving: 400 for bad JSON, bodies nested
+  deeper than 32 or with over-long numbers, a bad / negative / conflicting Content-Length or a
+  body shorter than it, or HTTP/2+ request lines (http.server's 505); 404 unknown path; 405 any
+  method but GET/HEAD/POST (http.server's own HTML 501 and its other errors are answered as JSON
+  too); 408 a body that stops arriving; 411 no Content-Length; 413 too large. Client
+  disconnects are counted and logged as one line, no traceback; after an error reply the unread
+  rest of the body is drained briefly, so closing does not reset the connection before the
+  client reads the answer.
 * `SearchClient` for any such server (e.g. Search-R1's E5/wiki-18 server): timeouts, bounded
-  retries on connection errors and 5xx, a clear error when unreachable.
+  retries on connection errors and 5xx, a clear error when unreachable; a response that is not
+  bounded, well-formed JSON of the right shape is a ValueError (the env then shows no documents).
 * `backend="real"`: the client against $SEARCH_URL (default http://127.0.0.1:8000/retrieve) plus
   QA data from a jsonl/parquet file with `question` and `golden_answers` (FlashRAG format).
 
@@ -39,16 +48,20 @@ Run: `python searchqa.py serve --port 8000` (built-in corpus; `--corpus file.jso
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import re
 import socket
 import string
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -236,6 +249,10 @@ def information(docs: list[dict]) -> str:
 MAX_BODY = 1 << 20            # 1 MiB request body
 MAX_QUERIES = 64              # queries per request
 MAX_TOPK = 100
+MAX_BODY_DEPTH = 32           # JSON nesting accepted in a body (a valid request needs 2)
+MAX_INT_CHARS = 20            # longest integer literal (json.loads raises past 4,300 digits)
+LINGER_S = 2.0                # after an error reply: drain the unread body at most this long
+ALLOW = "GET, HEAD, POST"
 
 
 class _BadRequest(Exception):
@@ -244,12 +261,46 @@ class _BadRequest(Exception):
         self.code = code
 
 
+# a JSON string or one bracket (strings first, so brackets inside them are skipped)
+_JSON_TOKEN_RE = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]')
+
+
+def _too_deep(text: str) -> bool:
+    """Bracket nesting outside strings > MAX_BODY_DEPTH: checked before json.loads, whose C
+    decoder raises RecursionError around depth 1,000 (200 KB of '[' is plenty)."""
+    if text.count("[") + text.count("{") <= MAX_BODY_DEPTH:
+        return False
+    depth = 0
+    for m in _JSON_TOKEN_RE.finditer(text):
+        t = m.group()
+        if t in "[{":
+            depth += 1
+            if depth > MAX_BODY_DEPTH:
+                return True
+        elif t in "]}":
+            depth -= 1
+    return False
+
+
+def _small_int(s: str) -> int:
+    if len(s) > MAX_INT_CHARS:
+        raise ValueError(f"integer literal of {len(s)} characters")
+    return int(s)
+
+
 def _parse_request(raw: bytes) -> tuple[list[str], int, bool]:
-    """Validate a /retrieve body -> (queries, topk, return_scores), or raise _BadRequest(4xx)."""
+    """Validate a /retrieve body -> (queries, topk, return_scores), or raise _BadRequest(4xx).
+    Never raises anything else, whatever the bytes."""
     try:
-        req = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _BadRequest(400, f"malformed JSON: {e}")
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _BadRequest(400, f"malformed JSON: body is not UTF-8 ({e.reason})")
+    if _too_deep(text):
+        raise _BadRequest(400, f"malformed JSON: nested deeper than {MAX_BODY_DEPTH} levels")
+    try:
+        req = json.loads(text, parse_int=_small_int)
+    except (ValueError, RecursionError) as e:     # JSONDecodeError is a ValueError
+        raise _BadRequest(400, f"malformed JSON: {str(e)[:200]}")
     if not isinstance(req, dict):
         raise _BadRequest(400, "body must be a JSON object")
     if "queries" in req:
@@ -279,65 +330,172 @@ def _doc_out(d: dict) -> dict:
     return {"id": d["id"], "contents": d["contents"], "title": title.strip('"'), "text": text}
 
 
-def make_handler(index: BM25Index, verbose: bool = False):
-    class Handler(BaseHTTPRequestHandler):
-        timeout = 10                 # a stalled client only ties up its own thread, briefly
+def _content_length(headers) -> int:
+    """The declared body size, or _BadRequest: 411 missing, 400 not a plain decimal (negative,
+    '1_0', '+5', ...) or conflicting duplicates, 413 over MAX_BODY."""
+    values = headers.get_all("Content-Length") or []
+    if not values:
+        raise _BadRequest(411, "Content-Length required (chunked bodies are not accepted)")
+    if len({v.strip() for v in values}) > 1:
+        raise _BadRequest(400, f"conflicting Content-Length headers {values[:4]!r}")
+    v = values[0].strip()
+    if not re.fullmatch(r"[0-9]{1,15}", v):      # int() would take '-5', '+5', '1_0', ' ٣ '
+        raise _BadRequest(400, f"bad Content-Length {v[:40]!r}: must be a non-negative integer")
+    if int(v) > MAX_BODY:
+        raise _BadRequest(413, f"body larger than {MAX_BODY} bytes")
+    return int(v)
 
-        def _send(self, code: int, obj: dict):
+
+def make_handler(index: BM25Index, verbose: bool = False, timeout: float = 10.0):
+    """The request handler class. `Handler.stats` counts requests by outcome (status codes,
+    "bad", "disconnects") over the server's life, for tests and monitoring."""
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        stats: Counter = Counter()
+
+        def setup(self):
+            self.timeout = timeout       # a stalled client only ties up its own thread, briefly
+            super().setup()
+            self._unread = True          # until a body is read in full, input may be pending
+
+        def _count(self, key):
+            with lock:
+                self.stats[key] += 1
+
+        def _send(self, code: int, obj: dict, extra: tuple = ()):
             body = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in extra:
+                    self.send_header(k, v)
+                self.end_headers()
+                if getattr(self, "command", None) != "HEAD":   # a HEAD answer: headers only
+                    self.wfile.write(body)
+                self._count(code)
+            except (ConnectionError, TimeoutError) as e:
+                self._gone(e)
+
+        def _bad(self, code: int, msg: str, extra: tuple = ()):
+            """Every rejected request: one log line, a JSON error, the connection closed."""
+            self._count("bad")
+            self.log_error("%r -> %d %s", getattr(self, "requestline", "")[:200], code, msg[:300])
+            self.close_connection = True
+            self._send(code, {"error": msg}, extra)
+
+        def _gone(self, e: BaseException):
+            self._count("disconnects")
+            self.close_connection = True
+            self.log_error("client gone: %s", type(e).__name__)
+
+        def send_error(self, code, message=None, explain=None):
+            """http.server's own rejections (bad request line, unsupported method, oversized
+            headers, ...) as JSON instead of HTML; an unsupported method is 405, not 501. A
+            request line too broken to name its version would get a bare HTTP/0.9 body: give
+            it a status line."""
+            if self.request_version == "HTTP/0.9":
+                self.request_version = "HTTP/1.0"
+            if code == HTTPStatus.NOT_IMPLEMENTED:
+                code, message = 405, f"method {str(self.command)[:40]!r} not allowed; use POST /retrieve"
+            elif code == HTTPStatus.HTTP_VERSION_NOT_SUPPORTED:   # a malformed request: a 4xx
+                code, message = 400, f"{message}; use HTTP/1.0 or HTTP/1.1"
+            self._bad(int(code), message or HTTPStatus(code).phrase,
+                      (("Allow", ALLOW),) if code == 405 else ())
+
+        def parse_request(self):
+            """http.server's parser, plus: a blank request line gets a 400 (it would close
+            silently), headers that stop arriving a 408 (they would close silently too), and
+            every answer has a status line (HTTP/0.9 answers have none; no client speaks it)."""
+            if not str(self.raw_requestline, "iso-8859-1").strip():
+                self.request_version, self.command, self.requestline = "HTTP/1.0", None, ""
+                self.send_error(400, "empty request line")
+                return False
+            try:
+                ok = super().parse_request()
+            except TimeoutError:
+                self.send_error(408, f"request headers not received within {timeout:g} s")
+                return False
+            if self.request_version == "HTTP/0.9":
+                self.request_version = "HTTP/1.0"
+            return ok
+
+        def handle(self):
+            try:
+                super().handle()
+            except (ConnectionError, TimeoutError) as e:    # e.g. reset mid-request line
+                self._gone(e)
+
+        def finish(self):
+            super().finish()
+            if self._unread:          # closing with unread input (a GET with a body, an error
+                self._linger()        # before the body) makes the kernel send RST, which can
+                                      # destroy our answer before the client has read it
+
+        def _linger(self):
+            sock, left, end = self.connection, 16 * MAX_BODY, time.monotonic() + LINGER_S
+            try:
+                sock.shutdown(socket.SHUT_WR)           # the answer is complete: EOF for the peer
+                while left > 0 and time.monotonic() < end:
+                    sock.settimeout(max(0.01, end - time.monotonic()))
+                    chunk = sock.recv(1 << 16)
+                    if not chunk:
+                        return
+                    left -= len(chunk)
+            except OSError:
+                pass
 
         def do_GET(self):
             if self.path.rstrip("/") == "/health":
                 self._send(200, {"status": "ok", "documents": len(index.docs)})
+            elif self.path.rstrip("/") == "/retrieve":
+                self._bad(405, "use POST /retrieve", (("Allow", "POST"),))
             else:
-                self._send(405 if self.path.rstrip("/") == "/retrieve" else 404, {"error": "use POST /retrieve"})
+                self._bad(404, f"unknown path {self.path[:200]!r}; use POST /retrieve")
+
+        do_HEAD = do_GET
 
         def do_POST(self):
             try:
                 if self.path.rstrip("/") != "/retrieve":
-                    raise _BadRequest(404, f"unknown path {self.path!r}; use POST /retrieve")
+                    raise _BadRequest(404, f"unknown path {self.path[:200]!r}; use POST /retrieve")
+                n = _content_length(self.headers)
                 try:
-                    n = int(self.headers.get("Content-Length", ""))
-                except ValueError:
-                    raise _BadRequest(411, "Content-Length required")
-                if n < 0 or n > MAX_BODY:
-                    # Drain a moderately oversized body so the client can read our 413 (closing on
-                    # unread data resets the connection); beyond 16x the limit just hang up.
-                    self.close_connection = True
-                    left = n if 0 < n <= 16 * MAX_BODY else 0
-                    while left > 0:
-                        chunk = self.rfile.read(min(left, 1 << 16))
-                        if not chunk:
-                            break
-                        left -= len(chunk)
-                    raise _BadRequest(413, f"body larger than {MAX_BODY} bytes")
-                queries, topk, rs = _parse_request(self.rfile.read(n))
+                    raw = self.rfile.read(n)
+                except TimeoutError:
+                    raise _BadRequest(408, f"body not received within {timeout:g} s")
+                if len(raw) < n:
+                    raise _BadRequest(400, f"body shorter than Content-Length ({len(raw)} < {n})")
+                self._unread = False
+                queries, topk, rs = _parse_request(raw)
             except _BadRequest as e:
-                return self._send(e.code, {"error": str(e)})
-            except (socket.timeout, ConnectionError):
-                return
+                return self._bad(e.code, str(e))
+            except ConnectionError as e:
+                return self._gone(e)
             try:
                 result = [[{"document": _doc_out(d), "score": s} if rs else _doc_out(d)
                            for d, s in index.search(q, topk)] for q in queries]
             except Exception as e:  # a retrieval bug is a 500 for this request, not a dead server
+                self.log_error("retrieval failed: %r", e)
                 return self._send(500, {"error": f"retrieval failed: {e!r}"})
             self._send(200, {"result": result})
 
-        def log_message(self, fmt, *args):
-            if verbose:
-                super().log_message(fmt, *args)
+        def log_request(self, code="-", size="-"):
+            if verbose:                  # access lines only when asked
+                super().log_request(code, size)
+
+        def log_message(self, fmt, *args):     # errors (log_error) always, one line each
+            sys.stderr.write(f"searchqa server {self.address_string()}: {fmt % args}\n")
 
     return Handler
 
 
-def start_server(index: BM25Index, host: str = "127.0.0.1", port: int = 0, verbose: bool = False):
-    """Serve in a daemon thread -> (server, url). port=0 picks a free port; server.shutdown() stops."""
-    srv = ThreadingHTTPServer((host, port), make_handler(index, verbose))
+def start_server(index: BM25Index, host: str = "127.0.0.1", port: int = 0, verbose: bool = False,
+                 timeout: float = 10.0):
+    """Serve in a daemon thread -> (server, url). port=0 picks a free port; server.shutdown() stops.
+    `timeout`: seconds a client may stall mid-request before its thread gives up on it."""
+    srv = ThreadingHTTPServer((host, port), make_handler(index, verbose, timeout))
     srv.daemon_threads = True
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv, f"http://{host}:{srv.server_address[1]}/retrieve"
@@ -346,13 +504,18 @@ def start_server(index: BM25Index, host: str = "127.0.0.1", port: int = 0, verbo
 # ---------------------------------------------------------------------------------------------
 # Client for any Search-R1-compatible server
 # ---------------------------------------------------------------------------------------------
+MAX_RESPONSE = 32 << 20       # client: longest response body read (64 queries x 100 docs fit)
+
+
 class SearchClient:
     def __init__(self, url: str | None = None, timeout: float = 10.0, retries: int = 3, backoff: float = 0.5):
         self.url = url or os.environ.get("SEARCH_URL", "http://127.0.0.1:8000/retrieve")
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
 
     def batch(self, queries: list[str], topk: int = 3) -> list[list[dict]]:
-        """-> per query, a list of {"id", "contents"} documents (best first)."""
+        """-> per query, a list of {"id", "contents"} documents (best first). Raises RuntimeError
+        when no server answers, ValueError when it refuses the request (4xx) or answers with
+        something that is not a bounded, well-formed {"result": [[doc, ...] per query]}."""
         data = json.dumps({"queries": queries, "topk": topk, "return_scores": True}).encode()
         last: Exception | None = None
         for attempt in range(self.retries + 1):
@@ -361,25 +524,46 @@ class SearchClient:
             req = urllib.request.Request(self.url, data=data, headers={"Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                    out = json.loads(r.read().decode())
+                    raw = r.read(MAX_RESPONSE + 1)      # bounded: a runaway server cannot fill memory
                 break
             except urllib.error.HTTPError as e:
                 if e.code < 500:   # our request is wrong: retrying will not help
-                    raise ValueError(f"retrieval server {self.url} rejected the request: {e.code} {e.read()[:200]!r}")
+                    raise ValueError(f"retrieval server {self.url} rejected the request: {e.code} {e.read(200)!r}")
                 last = e
-            except (urllib.error.URLError, TimeoutError, ConnectionError, socket.timeout) as e:
+            except (urllib.error.URLError, TimeoutError, ConnectionError, socket.timeout,
+                    http.client.HTTPException) as e:
                 last = e
         else:
             raise RuntimeError(f"retrieval server {self.url} unreachable after {self.retries + 1} tries ({last!r}); "
                                "start one with `python searchqa.py serve --port 8000` or Search-R1's retrieval_server.py, "
                                "or set SEARCH_URL")
-        return [[self._doc(item) for item in res] for res in out["result"]]
+        return self._results(raw, len(queries))
+
+    def _results(self, raw: bytes, n: int) -> list[list[dict]]:
+        def bad(why: str):
+            return ValueError(f"retrieval server {self.url} sent a malformed response: {why}")
+        if len(raw) > MAX_RESPONSE:
+            raise bad(f"body larger than {MAX_RESPONSE} bytes")
+        try:
+            text = raw.decode("utf-8")
+            if _too_deep(text):
+                raise ValueError(f"nested deeper than {MAX_BODY_DEPTH} levels")
+            out = json.loads(text, parse_int=_small_int)
+        except (ValueError, RecursionError) as e:      # UnicodeDecodeError is a ValueError
+            raise bad(str(e)[:200])
+        res = out.get("result") if isinstance(out, dict) else None
+        if not isinstance(res, list) or len(res) != n or not all(isinstance(r, list) for r in res):
+            raise bad(f"expected {{\"result\": [list of documents] x {n}}}")
+        return [[d for d in map(self._doc, r) if d is not None] for r in res]
 
     @staticmethod
-    def _doc(item: dict) -> dict:
-        d = item.get("document", item) if isinstance(item, dict) else {}
+    def _doc(item: Any) -> dict | None:
+        """{"document": {...}, "score"} or a bare document -> {"id", "contents"}; None if unusable."""
+        d = item.get("document", item) if isinstance(item, dict) else None
+        if not isinstance(d, dict):
+            return None
         contents = d.get("contents") or f'"{d.get("title", "")}"\n{d.get("text", "")}'
-        return {"id": str(d.get("id", "")), "contents": contents}
+        return {"id": str(d.get("id", "")), "contents": contents if isinstance(contents, str) else str(contents)}
 
     def search(self, query: str, topk: int = 3) -> list[dict]:
         return self.batch([query], topk)[0]

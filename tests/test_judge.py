@@ -224,6 +224,30 @@ def _handler(script):
                 self.send_response(item["status"])
                 self.end_headers()
                 return
+            if "trickle" in item:           # headers, then one byte per interval: never silent
+                n, every = item["trickle"]  # long enough for a socket timeout to fire
+                self.send_response(200)
+                self.send_header("Content-Length", str(n))
+                self.end_headers()
+                try:
+                    for _ in range(n):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        time.sleep(every)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                return
+            if "raw" in item or "body" in item:    # a malformed response, sent as given
+                data = item["body"] if "body" in item else json.dumps(item["raw"]).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass            # the client refused an oversized body: expected
+                return
             msg = {"role": "assistant", "content": item.get("content")}
             if "tool_calls" in item:
                 msg["tool_calls"] = [{"id": f"c{k}", "type": "function", "function": {
@@ -231,8 +255,10 @@ def _handler(script):
                     for k, (n, a) in enumerate(item["tool_calls"])]
             resp = {"id": "x", "object": "chat.completion", "choices": [
                 {"index": 0, "message": msg, "finish_reason": "stop"}]}
-            if item.get("usage", True):
+            if item.get("usage", True) is True:
                 resp["usage"] = {"prompt_tokens": 100, "completion_tokens": 10}
+            elif item["usage"] is not False:       # a malformed usage report, sent as given
+                resp["usage"] = item["usage"]
             data = json.dumps(resp).encode()
             try:
                 self.send_response(200)
@@ -416,6 +442,182 @@ def test_openai_needs_url_and_model(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
+# Malformed endpoint responses and the wall-time budget
+# ---------------------------------------------------------------------------------------------
+def _message(**msg):
+    return {"raw": {"choices": [{"index": 0, "message": msg}]}}
+
+
+def test_openai_string_message_is_a_drop(endpoint):
+    j, _ = endpoint([{"raw": {"choices": [{"message": "take the key"}]}}])
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "dropped" and res.reason_key == "bad_response" and "str" in res.reason
+
+
+def test_openai_string_tool_call_gets_an_error_result(endpoint):
+    j, script = endpoint([_message(content=None, tool_calls=["get_segment(0, 1, 2)", 7]),
+                          {"content": answer(2, 2)}])
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "repaired" and res.tool_errors == 2 and res.tool_calls == 2
+    tool_msgs = [m for m in script.requests[1]["messages"] if m["role"] == "tool"]
+    assert all(m["content"].startswith("error: the tool call is not valid JSON") for m in tool_msgs)
+
+
+def test_openai_list_content_is_joined(endpoint):
+    parts = [{"type": "text", "text": "My answer: "}, {"type": "text", "text": answer(2, 2)},
+             {"type": "image_url", "image_url": {"url": "x"}}, 5]
+    j, _ = endpoint([_message(content=parts)])
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "valid" and (res.proposal.start_turn, res.proposal.end_turn) == (2, 2)
+
+
+@pytest.mark.parametrize("usage", [
+    {"prompt_tokens": float("nan"), "completion_tokens": float("inf")},
+    {"prompt_tokens": "many", "completion_tokens": [3]},
+    {"prompt_tokens": -5, "completion_tokens": True}, "not a dict"],
+    ids=["nan_inf", "non_numeric", "negative_bool", "string"])
+def test_openai_unusable_usage_falls_back_to_estimate(endpoint, usage):
+    j, _ = endpoint([{"content": answer(2, 2), "usage": usage}])
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "valid"
+    assert res.prompt_tokens > 100 and res.completion_tokens == len(answer(2, 2).split())
+
+
+@pytest.mark.parametrize("body,key", [
+    (b"[" * 5000 + b"]" * 5000, "bad_response"),                   # RecursionError before
+    (b'{"choices": [{"message": {"content": "x"}}], "n": ' + b"9" * 5000 + b"}", "bad_response"),
+    (b'["not", "an", "object"]', "bad_response"),
+    (b"x" * (2 << 20), "bad_response"),                             # over MAX_RESPONSE_BYTES
+], ids=["deep", "huge_int", "list", "too_large"])
+def test_openai_hostile_body_is_a_drop(endpoint, body, key):
+    j, _ = endpoint([{"body": body}])
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "dropped" and res.reason_key == key
+
+
+def test_openai_max_seconds_bounds_a_slow_endpoint(endpoint):
+    # each reply takes 0.6 s and the socket timeout is generous: only the budget can stop it
+    j, script = endpoint([{"sleep": 0.6, "content": "thinking..."}] * 10, timeout=5.0,
+                         max_seconds=1.0)
+    t0 = time.monotonic()
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "dropped" and res.reason_key == "timeout"
+    assert time.monotonic() - t0 < 2.0 and len(script.requests) <= 3
+
+
+def test_openai_max_seconds_bounds_a_trickling_endpoint(endpoint):
+    # a byte every 0.2 s never trips the 5 s socket timeout; the budget ends it
+    j, _ = endpoint([{"trickle": (100, 0.2)}] * 2, timeout=5.0, max_seconds=0.8)
+    t0 = time.monotonic()
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "dropped" and res.reason_key == "timeout"
+    assert time.monotonic() - t0 < 2.0
+    c = j.critique(pivot_group()[1], None)               # the critic has the same budget
+    assert c.status == "dropped" and c.reason.startswith("timeout") and c.labels == [0.0] * 5
+
+
+def test_max_seconds_covers_a_chat_function_that_ignores_it():
+    def slow_chat(messages, tools, deadline=None):
+        time.sleep(0.3)
+        return judge.ChatReply(content=answer(2, 2), prompt_tokens=7, completion_tokens=3)
+    res = judge.AgentJudge(slow_chat, max_seconds=0.1).propose(pivot_group(), 1)
+    assert res.status == "dropped" and res.reason_key == "timeout" and res.prompt_tokens == 7
+    assert judge.AgentJudge(slow_chat, max_seconds=None).propose(pivot_group(), 1).status == "valid"
+
+
+def test_openai_too_many_tool_calls_in_one_reply(endpoint):
+    calls = [("search_trajectory", {"query": f"door {k}"}) for k in range(50)]
+    j, script = endpoint([{"content": None, "tool_calls": calls}, {"content": answer(2, 2)}])
+    res = j.propose(pivot_group(), 1)
+    assert res.status == "valid" and res.tool_calls == judge.MAX_CALLS_PER_ROUND
+    tool_msgs = [m for m in script.requests[1]["messages"] if m["role"] == "tool"]
+    assert len(tool_msgs) == judge.MAX_CALLS_PER_ROUND and "42 further tool calls" in tool_msgs[-1]["content"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile text through the parsers (each case raised, or took seconds, before chat.py)
+# ---------------------------------------------------------------------------------------------
+DEEP = "[" * 1000 + "]" * 1000
+
+
+def test_deep_nesting_is_rejected_not_raised():
+    assert judge.json_values(DEEP) == [] and judge.json_values("{" * 1000 + "}" * 1000) == []
+    obj, why = judge.find_proposal(f"answer: {DEEP}")
+    assert obj is None and why.startswith("not_json") and "too_deep" in why
+    labels, why = judge.parse_labels(DEEP, 3)                  # the critic's parser too
+    assert labels == [0.0] * 3 and why.startswith("not_json") and "too_deep" in why
+    ok = "[" * 60 + "]" * 60                                   # below the limit: decoded
+    assert judge.json_values(ok) == [json.loads(ok)]
+    # after the deep one, a normal answer is still found
+    assert judge.parse_proposal(DEEP + ' {"failure_mode": "m", "start_turn": 1, "end_turn": 1}') \
+        == {"failure_mode": "m", "start_turn": 1, "end_turn": 1}
+
+
+def test_deep_nesting_in_tool_calls_and_arguments():
+    tools = GroupTools(pivot_group(), 1)
+    args = "[" * 999 + "]" * 999                               # 1,998 chars: under ARGS_CHARS
+    assert len(args) <= judge.ARGS_CHARS
+    out = tools.call("get_segment", args)
+    assert out.startswith("error: arguments are not valid JSON (too_deep")
+    calls = judge.parse_text_tool_calls(f"<tool_call>{DEEP}</tool_call>")
+    assert calls[0]["name"] == "<unparseable>" and "too_deep" in calls[0]["arguments"]
+    assert tools.call(calls[0]["name"], calls[0]["arguments"]).startswith("error:")
+    nested_args = '<tool_call>{"name": "get_segment", "arguments": ' + DEEP + "}</tool_call>"
+    assert judge.parse_text_tool_calls(nested_args)[0]["name"] == "<unparseable>"
+
+
+def test_huge_integers_are_rejected_not_raised():
+    big = "9" * 5000
+    assert judge.json_values(f"[{big}]") == [] and judge.json_values(f"[-{big}.5e3]") == []
+    assert judge._as_int(big) is None and judge._as_int(10 ** 30) is None and judge._as_int(1e300) is None
+    assert judge._as_int(" 12 ") == 12 and judge._as_int(3.0) == 3
+    text = f'{{"failure_mode": "m", "start_turn": {big}, "end_turn": 1}}'
+    obj, why = judge.find_proposal(text)
+    assert obj is None and "huge_number" in why
+    prop, err = validate_proposal({"failure_mode": "m", "start_turn": big, "end_turn": 1},
+                                  pivot_group(), 1)
+    assert prop is None and err.startswith("schema") and len(err) < 300
+    assert judge.parse_labels(f"[{big}, 1, 1]", 3)[1].startswith("not_json")
+    assert GroupTools(pivot_group(), 1).call(
+        "get_segment", f'{{"traj_id": {"9" * 1900}, "start_turn": 0, "end_turn": 0}}').startswith("error:")
+
+
+def test_non_finite_numbers_are_not_numbers():
+    assert judge.json_values("[NaN, Infinity, -Infinity, 1e999, 2]") == [[None, None, None, None, 2]]
+    labels, why = judge.parse_labels("[1, NaN, -1]", 3)
+    assert labels == [0.0] * 3 and why.startswith("bad_labels")
+
+
+@pytest.mark.parametrize("text", [
+    "{" * 160_000, "[" * 160_000, '{"' * 80_000, "{[" * 80_000, '{"a\n' * 40_000,
+    "[]" * 100_000, "<tool_call>a" + " " * 100_000 + "b", "```" + " " * 100_000 + "x",
+    "<think>" * 50_000, "x" * 2_000_000,
+], ids=["braces", "brackets", "quote_brace", "mixed", "broken_strings", "many_values",
+        "tool_call_spaces", "fence_spaces", "think_tags", "2MB"])
+def test_parsers_are_fast_on_hostile_text(text):
+    # 160k of "{" took 22 s before (quadratic rescans), 100k spaces after <tool_call> or ``` ~25 s
+    # (regex backtracking); every parser now answers in well under a second
+    t0 = time.monotonic()
+    judge.json_values(text)
+    judge.parse_proposal(text)
+    judge.parse_text_tool_calls(text)
+    judge.parse_labels(text, 4)
+    assert time.monotonic() - t0 < 3.0
+
+
+def test_output_schema_and_validator_agree():
+    # the paper's output is a failure mode and a segment (ℓ, r); rationale is optional
+    g, full = pivot_group(), {"failure_mode": "m", "start_turn": 2, "end_turn": 2, "rationale": "r"}
+    assert judge.OUTPUT_SCHEMA["required"] == ["failure_mode", "start_turn", "end_turn"]
+    for k in full:
+        obj = {key: v for key, v in full.items() if key != k}
+        prop, err = validate_proposal(obj, g, 1)
+        assert (prop is None) == (k in judge.OUTPUT_SCHEMA["required"]), (k, err)
+    assert validate_proposal({**full, "rationale": 5}, g, 1)[1].startswith("schema: rationale")
+    assert "(optional)" in judge._repair_message("x")
+
+
+# ---------------------------------------------------------------------------------------------
 # CriticSearch critique
 # ---------------------------------------------------------------------------------------------
 def test_builtin_critique_labels():
@@ -502,6 +704,8 @@ def test_hf_tiny_random_model_survives(tmp_path):
         or '<tool_call>{"name": "get_segment", "arguments": {"traj_id": 0}}</tool_call>' in rendered
     c = j.critique(g[1], None)
     assert len(c.labels) == 5 and (c.status == "valid" or c.labels == [0.0] * 5)
+    late = j.chat(msgs, None, deadline=time.monotonic() - 1.0)    # budget spent: no generate
+    assert late.error.startswith("timeout") and late.completion_tokens == 0
 
 
 def test_hf_context_overflow_is_a_drop(tmp_path):

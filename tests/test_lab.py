@@ -36,7 +36,7 @@ def test_q_key_equals_a_hand_computation_from_the_logits(keydoor_policy):
     probe = lab.make_probe(agent, spec, kw, seed=0, temperature=0.7)
     states = lab.probe_states(spec, kw, seed=0)
     assert all("take key" in s.info["admissible"] and s.step == 1 for s in states)   # walked one room to the key
-    resp = tok("<action>take key</action>" + tok.eos_token, add_special_tokens=False)["input_ids"]
+    resp = tok("<action>take key</action>", add_special_tokens=False)["input_ids"]
     assert probe.response == resp
     probs = []
     with torch.no_grad():

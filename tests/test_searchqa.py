@@ -8,8 +8,11 @@ import os
 import random
 import re
 import socket
+import struct
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -170,6 +173,27 @@ def test_chat_prompt():
 
 
 # --------------------------------------------------------------------------------------------- server
+def _read_reply(s: socket.socket) -> tuple[int, str, bytes]:
+    """Read one HTTP reply to EOF from a raw socket -> (status code, header text, body)."""
+    data = b""
+    while True:
+        chunk = s.recv(1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), head.decode("latin-1").lower(), body
+
+
+def _raw(url: str, request: bytes, half_close: bool = True) -> tuple[int, str, bytes]:
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(request)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
+        return _read_reply(s)
+
+
 def test_client_and_server_agree(server):
     index, url = server
     c = S.SearchClient(url)
@@ -213,8 +237,131 @@ def test_server_paths_and_raw_socket(server):
         assert b" 411 " in s.recv(1000)
     with socket.create_connection((host, int(port)), timeout=5) as s:   # garbage request line
         s.sendall(b"\x00\x01garbage\r\n\r\n")
-        s.recv(1000)   # http.server answers 400 (as HTTP/0.9 HTML); all we need is that it survives
+        code, headers, body = _read_reply(s)      # a status line and JSON, not bare HTTP/0.9 HTML
+        assert code == 400 and "application/json" in headers and "error" in json.loads(body)
     assert _post(url, json.dumps({"queries": ["Drassa"]}).encode())[0] == 200
+
+
+def test_server_deeply_nested_body_is_a_400(server):
+    _, url = server
+    code, out = _post(url, b"[" * 100_000 + b"]" * 100_000)           # 200 KB: RecursionError before
+    assert code == 400 and "nested deeper" in out["error"]
+    code, out = _post(url, b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b"}")
+    assert code == 400 and "malformed JSON" in out["error"]            # no 4,300-digit ValueError
+    assert _post(url, json.dumps({"queries": ["Drassa"]}).encode())[0] == 200
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "FOO", "post"])
+def test_server_other_methods_get_json_405(server, method):
+    _, url = server
+    code, headers, body = _raw(url, f"{method} /retrieve HTTP/1.1\r\nContent-Length: 2\r\n\r\n{{}}".encode())
+    assert code == 405 and "application/json" in headers and "allow: get, head, post" in headers
+    assert "not allowed" in json.loads(body)["error"]
+
+
+@pytest.mark.parametrize("headers,body,code", [
+    ("Content-Length: -5", b"{}", 400), ("Content-Length: 1_0", b"{}", 400),
+    ("Content-Length: +2", b"{}", 400), ("Content-Length: 2\r\nContent-Length: 3", b"{}", 400),
+    ("Content-Length: 50", b'{"queries": ["a"]}', 400),                  # shorter than declared
+    ("Content-Length: 99999999999", b"{}", 413), ("Transfer-Encoding: chunked", b"2\r\n{}\r\n0\r\n\r\n", 411),
+    ("Content-Length: 2", b"{}", 400),
+], ids=["negative", "underscore", "plus", "conflicting", "short", "huge", "chunked", "empty_object"])
+def test_server_bad_content_length_is_a_json_4xx(server, headers, body, code):
+    _, url = server
+    got, h, raw = _raw(url, f"POST /retrieve HTTP/1.1\r\n{headers}\r\n\r\n".encode() + body)
+    assert got == code and "application/json" in h and json.loads(raw)["error"]
+    assert _post(url, json.dumps({"queries": ["Drassa"]}).encode())[0] == 200
+
+
+def test_server_http_server_errors_are_json(server):
+    _, url = server
+    for req, code in [(b"POST /retrieve HTTP/x\r\n\r\n", 400), (b"GET /health HTTP/2.0\r\n\r\n", 400),
+                      (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414),
+                      (b"GET /health HTTP/1.1\r\nX: " + b"y" * 70_000 + b"\r\n\r\n", 431),
+                      (b"GET /health HTTP/1.1\r\n" + b"X: y\r\n" * 150 + b"\r\n", 431)]:
+        got, headers, body = _raw(url, req)
+        assert got == code and "application/json" in headers and "error" in json.loads(body), req[:40]
+    got, headers, body = _raw(url, b"HEAD /health HTTP/1.1\r\n\r\n")
+    assert got == 200 and "application/json" in headers and body == b""
+
+
+def test_server_stalled_body_gets_408():
+    index = S.get_world(0, 120, 60, 60, 200)[0]
+    srv, url = S.start_server(index, timeout=0.3)
+    try:
+        t0 = time.monotonic()       # 10 bytes of 50 declared, connection left open
+        got, _, body = _raw(url, b"POST /retrieve HTTP/1.1\r\nContent-Length: 50\r\n\r\n{\"queries\"", half_close=False)
+        assert got == 408 and "not received" in json.loads(body)["error"] and time.monotonic() - t0 < 3
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_server_client_disconnect_is_one_line_no_traceback(capsys):
+    index = S.get_world(0, 120, 60, 60, 200)[0]
+    srv, url = S.start_server(index)
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    big = json.dumps({"queries": ["Drassa Velmora Lorcan Voss"] * 64, "topk": 100, "return_scores": True}).encode()
+    try:
+        for _ in range(3):     # send, then reset the connection before reading the large answer
+            s = socket.create_connection((host, int(port)), timeout=5)
+            s.sendall(b"POST /retrieve HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(big) + big)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+        deadline = time.monotonic() + 5
+        while srv.RequestHandlerClass.stats["disconnects"] + srv.RequestHandlerClass.stats[200] < 3 \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _post(url, json.dumps({"queries": ["Drassa"]}).encode())[0] == 200
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    gone = srv.RequestHandlerClass.stats["disconnects"]
+    assert gone >= 1 and err.count("client gone") == gone
+
+
+def _stub(body: bytes):
+    """A server that answers every POST with `body` (for client tests)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}/retrieve"
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 100_000 + b"]" * 100_000, b'{"result": [[{"document": {"id": ' + b"9" * 5000 + b"}}]]}",
+    b"\xff\xfe", b"{}", b'{"result": "abc"}', b'{"result": [[], []]}', b"null",
+], ids=["deep", "huge_int", "not_utf8", "no_result", "result_string", "wrong_count", "null"])
+def test_client_rejects_malformed_responses(body):
+    srv, url = _stub(body)
+    try:
+        with pytest.raises(ValueError, match="malformed response"):
+            S.SearchClient(url, retries=0).search("x")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_client_skips_unusable_documents():
+    srv, url = _stub(json.dumps({"result": [[{"document": "junk"}, 5, {"id": 1, "contents": '"T"\nt'}]]}).encode())
+    try:
+        assert S.SearchClient(url, retries=0).search("x") == [{"id": "1", "contents": '"T"\nt'}]
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def test_client_errors(server):
