@@ -14,7 +14,10 @@ float summation order. Two ways to get ranks:
 
 Stops: SIGINT/SIGTERM in a worker raise KeyboardInterrupt (`stop_on_signal`), so a scheduler's
 SIGTERM takes the same path as Ctrl-C (report the last complete checkpoint, exit 130). The launcher
-passes a signal on once, and stops the others when one worker fails.
+passes a signal on once, and stops the others when one worker fails; a worker killed outright (a
+signal it cannot handle, e.g. SIGKILL or the OOM killer) is reported in one line by the launcher,
+which then stops the rest. Workers die with their launcher (`die_with_launcher`): a launcher killed
+with SIGKILL cannot pass anything on, and orphaned workers would train on beside a `--resume`.
 
 Everything here takes plain values (no config object), so any script can use it. What it leaves
 out: elastic restarts, several nodes (torchrun does both), model sharding (DDP-style replicas only).
@@ -105,6 +108,57 @@ def stop_on_signal() -> None:
     signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
+# The launcher's pid, in its workers' environment: it tells a worker that `launch` started it (so it
+# neither takes the run directory's lock, which the launcher holds for it, nor outlives the launcher).
+LAUNCHER_ENV = "PROVER_LAUNCHER_PID"
+
+
+def under_launcher() -> bool:
+    """True in a worker process started by `launch` (not under torchrun, not a single process)."""
+    return LAUNCHER_ENV in os.environ
+
+
+def die_with_launcher() -> None:
+    """In a worker started by `launch`: get SIGTERM when the launcher dies, however it dies.
+
+    Why: the launcher passes Ctrl-C/SIGTERM on, but a launcher killed with SIGKILL (or by the OOM
+    killer) passes nothing on, and its workers would train to the end unseen, writing the run
+    directory beside any `--resume` started meanwhile. SIGTERM (not SIGKILL) so the worker stops
+    the way a passed-on Ctrl-C stops it: KeyboardInterrupt, the last complete checkpoint kept.
+
+    How, and why this way: Linux's `prctl(PR_SET_PDEATHSIG)` asks the kernel to send the signal when
+    the parent exits — immediate, no thread, no polling, and it works while the worker sits in C code
+    (a forward pass, a collective). It has one gap: it is set here, at worker start, after the
+    interpreter and its imports came up, so a launcher that died before that has already been
+    replaced as parent (by init or a subreaper): hence the check of the parent pid just after. Where
+    prctl is missing (macOS) a daemon thread polls the parent pid once a second instead; portable,
+    but up to a second late and the signal is handled only when the main thread runs Python.
+    Either way the lock on the run directory (rundir.lock_run), inherited by the workers, stays
+    held until the last of them has exited, so a `--resume` cannot start beside a dying worker."""
+    launcher = int(os.environ.get(LAUNCHER_ENV, "0") or 0)
+    if not launcher:
+        return
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            PR_SET_PDEATHSIG = 1      # from <linux/prctl.h>
+            armed = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False             # no libc prctl (unusual libc): fall back to the watchdog below
+    if os.getppid() != launcher:      # the launcher died before prctl was set: nothing will signal us
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    if not armed:
+        import threading
+
+        def watch():
+            while os.getppid() == launcher:
+                time.sleep(1.0)
+            os.kill(os.getpid(), signal.SIGTERM)   # delivered to the main thread, as a Ctrl-C would be
+        threading.Thread(target=watch, name="die-with-launcher", daemon=True).start()
+
+
 # ---------------------------------------------------------------------------------------------
 # Local workers: the laptop default uses every core
 # ---------------------------------------------------------------------------------------------
@@ -126,14 +180,33 @@ def auto_workers(requested: int, max_workers: int, tiny_cpu: bool) -> int:
     return max(1, min(cores, max_workers))
 
 
-def launch(n: int, script: str, argv: list[str], t0: float) -> int:
+def _how(code: int) -> str:
+    """A worker's end in words: Popen's negative return code means killed by that signal."""
+    if code < 0:
+        try:
+            return f"signal {-code}, {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit {code}"
+
+
+def _exit_status(code: int) -> int:
+    """The launcher's exit status for a worker's return code: a signal death becomes 128 + signal,
+    as a shell reports it (SystemExit(-9) would exit 247, which reads as nothing in particular)."""
+    return 128 - code if code < 0 else code
+
+
+def launch(n: int, script: str, argv: list[str], t0: float, keep_fds: tuple = ()) -> int:
     """Start n copies of `script argv` as ranks 0..n-1 of a gloo group on 127.0.0.1 and wait;
     returns the exit code. Rank 0 prints, writes the run directory and checkpoints; all ranks roll
     out and evaluate their share. Ctrl-C/SIGTERM are passed on once, so the run stops as a single
     process would (last complete checkpoint, exit 130). If a worker fails, the others are stopped
     rather than left waiting for it in the next collective; the other ranks' stderr is shown only
-    when rank 0 did not already report the error itself. `t0` (PROVER_T0) is the launch time, so
-    the workers' wall clock counts from it."""
+    when rank 0 did not already report the error itself. A worker killed by a signal (SIGKILL, the
+    OOM killer) cannot report anything itself: the launcher says so in one line (rank and signal),
+    stops the others at once and exits 128 + the signal. `t0` (PROVER_T0) is the launch time, so
+    the workers' wall clock counts from it. `keep_fds` stay open in the workers (the run
+    directory's lock: held until the last worker is gone, see rundir.lock_run)."""
     import socket
     import subprocess
     import tempfile
@@ -142,12 +215,12 @@ def launch(n: int, script: str, argv: list[str], t0: float) -> int:
         port = s.getsockname()[1]
     base = dict(os.environ, WORLD_SIZE=str(n), LOCAL_WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
                 MASTER_PORT=str(port), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-                PROVER_T0=str(t0))
+                PROVER_T0=str(t0), **{LAUNCHER_ENV: str(os.getpid())})   # see die_with_launcher
     errs = [None] + [tempfile.TemporaryFile("w+") for _ in range(n - 1)]
     # own sessions: a terminal's Ctrl-C reaches only this process, which passes it on once
-    procs = [subprocess.Popen([sys.executable, script, *argv], start_new_session=True,
+    procs = [subprocess.Popen([sys.executable, script, *argv], start_new_session=True, pass_fds=tuple(keep_fds),
                               stderr=errs[r], env=dict(base, RANK=str(r), LOCAL_RANK=str(r))) for r in range(n)]
-    user_stop, stopped_at, failed_at = False, None, None
+    user_stop, stopped_at, failed_at, killed = False, None, None, None
 
     def stop_all(*_):
         nonlocal stopped_at
@@ -165,6 +238,15 @@ def launch(n: int, script: str, argv: list[str], t0: float) -> int:
         signal.signal(sig, on_signal)
     while any(p.poll() is None for p in procs):
         now = time.time()
+        # A worker killed by a signal before we stopped anything was killed from outside (by hand,
+        # the OOM killer): nothing of it will print, and its peers would fail in their next
+        # collective with a traceback that hides the cause. Say it once, stop the rest at once.
+        dead = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode is not None and p.returncode < 0]
+        if dead and killed is None and not stopped_at:
+            killed = dead[0]
+            sys.stderr.write(f"\ntrain.py: worker {killed[0]} died ({_how(killed[1])}); stopping the run\n")
+            sys.stderr.flush()
+            stop_all()
         if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
             failed_at = now
         if failed_at and not stopped_at and now > failed_at + 5:   # the rest have not failed by themselves
@@ -177,10 +259,12 @@ def launch(n: int, script: str, argv: list[str], t0: float) -> int:
     codes = [p.returncode for p in procs]
     if user_stop:
         return 130
+    if killed is not None:            # already reported; the others were stopped by us
+        return _exit_status(killed[1])
     failed = [r for r, c in enumerate(codes) if c not in (0, 130)]   # 130: stopped by us
     if not failed:
         return max(codes)
     if failed[0] != 0:   # rank 0 did not report it (it printed its own error if it failed): show the worker's
         errs[failed[0]].seek(0)
-        sys.stderr.write(f"train.py: worker {failed[0]} failed (exit {codes[failed[0]]}):\n" + errs[failed[0]].read()[-4000:])
-    return codes[failed[0]]
+        sys.stderr.write(f"train.py: worker {failed[0]} failed ({_how(codes[failed[0]])}):\n" + errs[failed[0]].read()[-4000:])
+    return _exit_status(codes[failed[0]])

@@ -12,10 +12,12 @@ One iteration (numbered as in `train()` below and in DESIGN.md §3):
     3. method-specific credit on top (ProVer: judge → verify → +λ·Δ̂ on the segment's turns)
     4. one PPO-clip update on the action tokens, then sync the rollout engine
     5. evaluate every `eval_every` updates on a held-out split at low temperature
-    6. log a metrics row (metrics.jsonl), redraw curves.png, checkpoint atomically
+    6. log a metrics row (metrics.jsonl), checkpoint atomically (every update for the tiny policy,
+       see --checkpoint-every); curves.png is redrawn after each evaluation and at the end
 
 Run directory (`--out`, see rundir.py): config.json, metrics.jsonl, curves.png, segments.md
-(ProVer, CriticSearch), errors.log, checkpoint/. `--resume` continues from the checkpoint.
+(ProVer, CriticSearch), errors.log, checkpoint/, .lock (one run at a time: a second run on a
+directory in use refuses). `--resume` continues from the checkpoint.
 Process management (local workers, torchrun, signals) lives in dist.py; the tiny policy's warm
 start in warmstart.py.
 """
@@ -95,8 +97,8 @@ class Config:
     """continue from <out>/checkpoint instead of starting over"""
     strict: bool = False
     """re-raise an error in the credit step (tests); off: it is logged to errors.log and confined to its group"""
-    checkpoint_every: int = 10
-    """write the checkpoint every N updates (and at the end)"""
+    checkpoint_every: int = 0
+    """write the checkpoint every N updates and at the end (0 = auto: every update for the tiny policy, whose checkpoint takes milliseconds, so a stop loses no finished update; 10 for --model, whose checkpoints are large)"""
     # --- env
     env_opt: list = field(default_factory=list)
     """KEY=VALUE option of the env, repeatable, checked by the env (e.g. --env-opt rooms=8 --env-opt p_key=0.8 for keydoor)"""
@@ -176,7 +178,7 @@ class Config:
     """openai judge: model name (else $JUDGE_MODEL); hf judge: model folder (default: the policy itself)"""
     judge_timeout: float = 60.0
     """openai judge: seconds per request"""
-    # --- tiny offline policy (policy.py)
+    # --- tiny offline policy (warmstart.py)
     tiny_hidden: int = 64
     """tiny policy width (attention heads = width / 32)"""
     tiny_layers: int = 2
@@ -298,7 +300,7 @@ RULES = [
     ("tasks_per_iter", lambda v: v >= 1, ">= 1"), ("eval_every", lambda v: v >= 0, ">= 0 (0 = never)"),
     ("eval_episodes", lambda v: v >= 1, ">= 1"), ("eval_repeats", lambda v: v >= 1, ">= 1"),
     ("eval_temperature", lambda v: v > 0, "> 0"), ("temperature", lambda v: v > 0, "> 0"),
-    ("checkpoint_every", lambda v: v >= 1, ">= 1"), ("max_steps", lambda v: v >= 0, ">= 0 (0 = the benchmark's)"),
+    ("checkpoint_every", lambda v: v >= 0, ">= 0 (0 = auto)"), ("max_steps", lambda v: v >= 0, ">= 0 (0 = the benchmark's)"),
     ("history_len", lambda v: v >= 0, ">= 0"), ("lr", lambda v: v > 0, "> 0"),
     ("lr_final", lambda v: 0.0 <= v <= 1.0, "a fraction of --lr, must be in [0, 1]"),
     ("clip", lambda v: v > 0, "> 0"), ("kl_coef", lambda v: v >= 0, ">= 0"),
@@ -579,6 +581,10 @@ def log_row(tr: Trainer, row: dict, log, bar) -> None:
     row.setdefault("tokens/eval", 0)
     tr.rows.append(row)
     rundir.append_row(tr.cfg.out, row)
+    # curves.png after each evaluation (the end's redraw is train()'s): a bounded cost, ~0.3 s per
+    # evaluation, which itself takes far longer; every update would add ~30% to a tiny-policy run
+    if "eval/success" in row and row["step"] < tr.cfg.iters:
+        rundir.plot_curves(tr.cfg.out, tr.rows)
     if row["step"] == 0:
         log(f"step 0 | eval {row['eval/success']:.3f} (warm start)")
         return
@@ -592,9 +598,20 @@ def log_row(tr: Trainer, row: dict, log, bar) -> None:
 # ---------------------------------------------------------------------------------------------
 # The loop
 # ---------------------------------------------------------------------------------------------
+def default_out(cfg: Config) -> str:
+    return os.path.join("runs", f"{cfg.env}-{cfg.method}-s{cfg.seed}")
+
+
+def checkpoint_interval(cfg: Config) -> int:
+    """--checkpoint-every with 0 (auto) resolved. Why every update for the tiny policy: its
+    checkpoint takes ~10 ms against ~1 s an update, so a stop (Ctrl-C, kill, preemption) loses no
+    finished update; a real model's checkpoint (GBs) is written every 10."""
+    return cfg.checkpoint_every or (10 if cfg.model else 1)
+
+
 def train(cfg: Config) -> str:
     from tqdm import tqdm
-    cfg.out = cfg.out or os.path.join("runs", f"{cfg.env}-{cfg.method}-s{cfg.seed}")
+    cfg.out = cfg.out or default_out(cfg)
     os.makedirs(cfg.out, exist_ok=True)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     log = tqdm.write if rank0 else (lambda *a, **k: None)
@@ -603,6 +620,7 @@ def train(cfg: Config) -> str:
     log(f"run: {cfg.out} | env {cfg.env} | method {cfg.method} | G={cfg.group_size} x {cfg.tasks_per_iter} tasks"
         f"{f' over {tr.world} ranks' if tr.world > 1 else ''} | {cfg.iters} updates | eval on {tr.eval_split} every {cfg.eval_every}"
         f" | sampler {getattr(agent.gen, 'runner_name', cfg.rollout)}"
+        f" | checkpoint every {checkpoint_interval(cfg)}"
         " | console 'tok R+Vv+Jj': generated tokens of rollouts + verification + judge")
     bar = tqdm(total=cfg.iters, initial=tr.start, desc="updates", disable=not rank0)
     if tr.start == 0 and cfg.eval_every:                        # 5. the warm start's held-out success
@@ -631,8 +649,9 @@ def train(cfg: Config) -> str:
             if row is None:                                   # ranks > 0: rank 0 logs and checkpoints
                 continue
             log_row(tr, row, log, bar)                                                     # 6. log, plot, save
-            if step % cfg.checkpoint_every == 0 or step == cfg.iters:
-                rundir.plot_curves(cfg.out, tr.rows)
+            # the row first, then its checkpoint: a kill in between leaves a row past the
+            # checkpoint, which --resume drops and re-does (rundir.start_files)
+            if step % checkpoint_interval(cfg) == 0 or step == cfg.iters:
                 rundir.save_checkpoint(cfg.out, tr.model, tr.tok, tr.opt, step, agent.counter, build.rng_state(tr.py_rng))
     except KeyboardInterrupt:
         bar.close()
@@ -659,25 +678,57 @@ def main(argv=None):
     except ValueError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         raise SystemExit(2)
-    if n > 1:
-        raise SystemExit(dist.launch(n, os.path.abspath(__file__), argv, _T_START))
-    dist.stop_on_signal()
     rank = int(os.environ.get("RANK", "0"))
+    lock = None
+    if dist.under_launcher():
+        dist.die_with_launcher()      # a worker of ours: stop if the launcher dies, however it dies
+    elif rank == 0:                   # the launcher, a single process, or torchrun's rank 0
+        # One run per directory, checked before anything is built (a --resume beside a live run
+        # would interleave rows and checkpoints). The workers inherit the lock (keep_fds below).
+        cfg.out = cfg.out or default_out(cfg)
+        os.makedirs(cfg.out, exist_ok=True)
+        try:
+            lock = rundir.lock_run(cfg.out)
+        except rundir.RunDirBusy as e:
+            print(f"train.py: error: {e}", file=sys.stderr)
+            raise SystemExit(2)
     try:
-        out = train(cfg)
-    except (ValueError, FileNotFoundError, ImportError, ConnectionError) as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
-        raise SystemExit(2)
-    except KeyboardInterrupt:         # before the loop (warm start, first evaluation): nothing to save yet
-        if rank == 0:
-            print("\ninterrupted during set-up (warm start or first evaluation); no new checkpoint", file=sys.stderr)
-        raise SystemExit(130)
-    except Exception:
-        if dist.STOPPING and rank != 0:   # a peer stopped first and broke a collective: stop quietly
+        if n > 1:
+            raise SystemExit(dist.launch(n, os.path.abspath(__file__), argv, _T_START,
+                                         keep_fds=(lock,) if lock is not None else ()))
+        dist.stop_on_signal()
+        try:
+            out = train(cfg)
+        except (ValueError, FileNotFoundError, ImportError, ConnectionError) as e:
+            print(f"train.py: error: {e}", file=sys.stderr)
+            raise SystemExit(2)
+        except KeyboardInterrupt:         # before the loop (warm start, first evaluation): nothing to save yet
+            if rank == 0:
+                print("\ninterrupted during set-up (warm start or first evaluation); no new checkpoint", file=sys.stderr)
             raise SystemExit(130)
-        raise
-    if rank == 0:
-        print(f"done: {out}")
+        except Exception:
+            if dist.STOPPING and rank != 0:   # a peer stopped first and broke a collective: stop quietly
+                raise SystemExit(130)
+            if dist.under_launcher():
+                # A peer killed by a signal breaks the next collective here, often before the
+                # launcher has seen it die. The launcher then stops us (SIGTERM: KeyboardInterrupt
+                # in this wait) and reports the death in one line; this traceback would be an echo
+                # hiding the cause. A real error here is shown after the wait (2 s < the
+                # launcher's 5 s grace for a worker that failed by itself).
+                try:
+                    time.sleep(2.0)
+                except KeyboardInterrupt:
+                    s = rundir.checkpoint_step(cfg.out) if rank == 0 else None
+                    if s is not None:     # what the launcher's line cannot say: where to go on from
+                        print(f"last complete checkpoint: {cfg.out}/checkpoint (step {s}); continue with --resume",
+                              file=sys.stderr)
+                    raise SystemExit(130) from None
+            raise
+        if rank == 0:
+            print(f"done: {out}")
+    finally:
+        if lock is not None:
+            rundir.unlock_run(cfg.out, lock)
 
 
 if __name__ == "__main__":

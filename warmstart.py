@@ -221,7 +221,16 @@ def bc_train(model, data, bc: BCConfig, pad_id: int, seed: int, check=None) -> l
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
         n = step + 1
         if check is not None and n >= bc.check_from and (n - bc.check_from) % bc.check_every == 0 and n < bc.steps:
-            if check(n):
+            t_check = time.time()
+            stop = check(n)
+            if not bar.disable:
+                # The check (dozens of episodes, often longer than 50 BC steps) is not a BC step:
+                # move the bar's clock past it, so its rate and ETA are those of the steps alone
+                # (its elapsed time is then the cloning time; the check prints its own line).
+                paused = time.time() - t_check
+                bar.start_t += paused
+                bar.last_print_t += paused
+            if stop:
                 break
     bar.close()
     return losses
