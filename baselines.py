@@ -84,6 +84,7 @@ from typing import Callable
 
 import torch
 
+import critic
 import grpo
 import judge
 import rundir
@@ -431,7 +432,7 @@ def critique_tokens(tr: Trajectory, r) -> tuple[int, int]:
     with one label per turn."""
     if r.prompt_tokens or r.completion_tokens:
         return r.prompt_tokens, r.completion_tokens
-    return (judge.estimate_tokens(judge.CRITIC_SYSTEM) + judge.estimate_tokens(judge.critic_prompt(tr, None)),
+    return (judge.estimate_tokens(critic.CRITIC_SYSTEM) + judge.estimate_tokens(critic.critic_prompt(tr, None)),
             judge.estimate_tokens(json.dumps([int(c) for c in r.labels])))
 
 

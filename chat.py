@@ -1,5 +1,5 @@
 """LLM clients: OpenAI-compatible and local HF chat with tool calls, parsing, retries, budgets;
-used by the judge and the critic (judge.py).
+used by ProVer's judge (judge.py) and the CriticSearch critic (critic.py).
 
 What it implements
 ------------------
@@ -47,7 +47,7 @@ generation step (`max_time` is checked between tokens, so one forward pass may o
 A timed-out OpenAI attempt leaves its helper thread to finish its own bounded socket
 operations in the background; its result is discarded.
 
-Imports no other project module (a leaf: judge.py imports it, never the reverse).
+Imports no other project module (a leaf: judge.py and critic.py import it, never the reverse).
 """
 from __future__ import annotations
 

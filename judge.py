@@ -1,4 +1,4 @@
-"""Judge: ProVer's segment proposer (and the CriticSearch critic), with its two tools.
+"""Judge: ProVer's segment proposer, with its two tools (the CriticSearch critic is critic.py).
 
 What it implements
 ------------------
@@ -29,8 +29,8 @@ Validation (`validate_proposal`), in this order, each failure with a short reaso
     reversed        start_turn <= end_turn
     too_long        end_turn - start_turn + 1 <= 4 action turns
     terminal        end_turn < last turn (verification needs the state *after* end_turn)
-    invalid_action  no error-producing turn inside (`turn_error`: output without action tags, an
-                    action outside a non-empty admissible list, or the env answering
+    invalid_action  no error-producing turn inside (critic.turn_error: output without action
+                    tags, an action outside a non-empty admissible list, or the env answering
                     "Nothing happens.")
 A rejected answer gets a repair turn that says precisely what was wrong (up to 3); after that the
 proposal is dropped and the reason key is reported (`JudgeResult.reason_key`) so it can be counted.
@@ -56,9 +56,8 @@ Backends (`make_judge(name, **kw)`, explicit dict `JUDGES`)
   openai   any OpenAI-compatible /v1/chat/completions endpoint (chat.OpenAIChat); exhausted
            retries or a malformed response are a drop ("endpoint timeout", "http 500", ...).
 
-CriticSearch (`Judge.critique`): the critic sees one full trajectory, its outcome and the gold
-answer (privileged) and returns one label per turn (+1 good / -1 bad / 0 unknown) as a JSON list;
-anything unparseable becomes neutral zeros with a reason (reference/baselines.md §4).
+CriticSearch (`Judge.critique`, per-turn labels): each judge class extends critic.py's matching
+critic (AgentCritic, BuiltinCritic, RandomCritic), so one `make_judge` object serves both methods.
 
 Token accounting (`tokens/judge`): hf counts real tokenizer tokens (prompt length of every call,
 new tokens generated); openai uses the endpoint's `usage` and falls back to a whitespace-split
@@ -69,17 +68,15 @@ Every call re-sends the whole conversation, so prompt tokens are summed over cal
 Our reconstruction (no official code exists): the prompt wording, the preview format, the
 search scorer (rapidfuzz WRatio, with one best hit per failed trajectory first so a single looping
 run cannot fill the results), the optional `field` argument of search_trajectory, all size caps
-and time budgets, the builtin judge's heuristic, and the builtin critic's labels. Not covered:
-multi-segment proposals, judge-side caching across iterations, streaming responses.
+and time budgets, and the builtin judge's heuristic. Not covered: multi-segment proposals,
+judge-side caching across iterations, streaming responses.
 
 Run the tests: `python -m pytest -q tests/test_judge.py tests/test_fuzz.py`.
 """
 from __future__ import annotations
 
 import json
-import random
 import re
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -88,8 +85,10 @@ from rapidfuzz import fuzz, process, utils
 
 from chat import (ChatFn, ChatReply, HFChat, OpenAIChat, estimate_tokens,  # noqa: F401  (re-
                   json_values, loads, parse_text_tool_calls, rejects_note,  # exported: callers
-                  scan_json, strip_think, strip_tool_calls)                 # used judge.X)
-from rollout import Trajectory, Turn, shortest_success  # noqa: F401  (re-exported)
+                  scan_json, strip_tool_calls)                              # use judge.X)
+from critic import (MAX_SECONDS, AgentCritic, BuiltinCritic, CritiqueResult, RandomCritic, cut,
+                    same_action, turn_error)
+from rollout import Trajectory, shortest_success  # noqa: F401  (re-exported)
 
 # ---------------------------------------------------------------------------------------------
 # Limits (paper defaults where the paper gives one, our bounds elsewhere)
@@ -98,7 +97,6 @@ MAX_SEGMENT_TURNS = 4         # paper: at most four action turns
 MAX_REPAIRS = 3               # paper: up to three repair turns
 MAX_TOOL_ROUNDS = 8           # ours: assistant replies carrying tool calls
 MAX_CALLS_PER_ROUND = 8       # ours: tool calls run per reply (the rest are not run)
-MAX_SECONDS = 600.0           # ours: wall-time budget of one LLM proposal or critique
 TOP_K_CAP = 10                # ours: search hits per call
 SPAN_CAP = 8                  # ours: turns per get_segment call
 QUERY_CHARS = 500             # ours: longest search query accepted
@@ -106,9 +104,6 @@ ARGS_CHARS = 2000             # ours: longest raw tool-argument string accepted
 FIELD_CHARS = 1200            # ours: per-field cap inside get_segment results
 RESULT_CHARS = 8000           # ours: any tool result is cut here
 SNIPPET_CHARS = 200           # ours: search snippet length
-NOTHING_HAPPENS = "Nothing happens."
-ACTION_MATCH = 100.0          # builtin: same action = equal after rapidfuzz normalisation;
-                              # fuzzier would merge "go to cabinet 1" with "go to cabinet 2"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,16 +138,6 @@ class JudgeResult:
         return None if self.reason is None else self.reason.split(":")[0]
 
 
-@dataclass
-class CritiqueResult:
-    labels: list[float]               # one per turn: +1 good, -1 bad, 0 unknown/neutral
-    status: str                       # "valid" | "dropped" (neutral labels)
-    reason: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    transcript: list[dict] = field(default_factory=list)
-
-
 class Judge(Protocol):
     name: str
 
@@ -160,22 +145,6 @@ class Judge(Protocol):
 
     def critique(self, traj: Trajectory, gold: str | None = None,
                  group: list[Trajectory] | None = None) -> CritiqueResult: ...
-
-
-def turn_error(turn: Turn) -> str | None:
-    """Why a turn counts as a malformed / error-producing action, or None. The paper excludes
-    these from segments even when recovering from them helped."""
-    if not turn.valid:
-        return "the output had no <action> tags (format-invalid)"
-    if turn.admissible and turn.action not in turn.admissible:
-        return f"action {turn.action!r} is not in that turn's admissible list"
-    if turn.next_obs.strip() == NOTHING_HAPPENS:
-        return f"the env answered {NOTHING_HAPPENS!r}"
-    return None
-
-
-def _cut(s: str, n: int) -> str:
-    return s if len(s) <= n else s[:n] + f"…[+{len(s) - n} chars]"
 
 
 def _dropped(reason: str, **kw) -> JudgeResult:
@@ -267,14 +236,14 @@ class GroupTools:
         out = self._call(name, arguments)
         if out.startswith("error:"):
             self.errors += 1
-        return _cut(out, RESULT_CHARS)
+        return cut(out, RESULT_CHARS)
 
     def _call(self, name: str, arguments: str | dict) -> str:
         if name == "<unparseable>":     # a tool call whose JSON did not parse (chat.py)
             return ('error: the tool call is not valid JSON of the form {"name": ..., '
-                    f'"arguments": {{...}}}}: {_cut(str(arguments), 200)}')
+                    f'"arguments": {{...}}}}: {cut(str(arguments), 200)}')
         if not isinstance(name, str) or name not in _TOOL_FNS:
-            return (f"error: unknown tool {_cut(repr(name), 100)}; available tools: "
+            return (f"error: unknown tool {cut(repr(name), 100)}; available tools: "
                     f"{sorted(_TOOL_FNS)}")
         if not isinstance(arguments, str):          # a dict from a Python caller: measure it
             try:
@@ -322,7 +291,7 @@ class GroupTools:
         hits = []
         for score, j in (first + rest)[:k]:
             i, t = self.docs[j]
-            snip = _cut(f"obs: {t.obs} | action: {t.action}", SNIPPET_CHARS)
+            snip = cut(f"obs: {t.obs} | action: {t.action}", SNIPPET_CHARS)
             hits.append({"traj_id": i, "turn": t.t, "score": round(float(score), 1),
                          "action": t.action, "snippet": snip})
         return hits
@@ -345,9 +314,9 @@ class GroupTools:
             return f"error: start_turn {s} > end_turn {e}"
         if e - s + 1 > SPAN_CAP:
             return f"error: at most {SPAN_CAP} turns per call (asked for {e - s + 1})"
-        rows = [{"turn": t.t, "observation": _cut(t.obs, FIELD_CHARS),
-                 "output": _cut(t.text, FIELD_CHARS), "action": t.action,
-                 "result": _cut(t.next_obs, FIELD_CHARS), "error": turn_error(t)}
+        rows = [{"turn": t.t, "observation": cut(t.obs, FIELD_CHARS),
+                 "output": cut(t.text, FIELD_CHARS), "action": t.action,
+                 "result": cut(t.next_obs, FIELD_CHARS), "error": turn_error(t)}
                 for t in turns[s:e + 1]]
         return json.dumps({"traj_id": i, "outcome": "success" if self.group[i].won else "failure",
                            "num_turns": len(turns), "turns": rows})
@@ -392,9 +361,9 @@ def validate_proposal(obj: Any, group: list[Trajectory], success_id: int
     s, e = _as_int(obj["start_turn"]), _as_int(obj["end_turn"])
     if s is None or e is None:
         return None, (f"schema: start_turn and end_turn must be integers (got "
-                      f"{_cut(repr(obj['start_turn']), 60)}, {_cut(repr(obj['end_turn']), 60)})")
+                      f"{cut(repr(obj['start_turn']), 60)}, {cut(repr(obj['end_turn']), 60)})")
     if "traj_id" in obj and obj["traj_id"] is not None and _as_int(obj["traj_id"]) != success_id:
-        return None, (f"traj_id: traj_id {_cut(repr(obj['traj_id']), 60)} is not the successful "
+        return None, (f"traj_id: traj_id {cut(repr(obj['traj_id']), 60)} is not the successful "
                       "trajectory; "
                       f"the segment must come from trajectory {success_id} (or omit traj_id)")
     turns = group[success_id].turns
@@ -427,9 +396,9 @@ def _success_text(tr: Trajectory, idx: int) -> str:
     for t in tr.turns:
         why = turn_error(t)
         flag = (f"  [ERROR: {why}]" if why else "") + ("  [FINAL TURN]" if t.t == last else "")
-        lines.append(f"[turn {t.t}] observation: {_cut(t.obs, FIELD_CHARS)}\n"
+        lines.append(f"[turn {t.t}] observation: {cut(t.obs, FIELD_CHARS)}\n"
                      f"[turn {t.t}] action: {t.action}{flag}")
-    lines.append(f"[end] result of turn {last}: {_cut(tr.turns[-1].next_obs, FIELD_CHARS)}")
+    lines.append(f"[end] result of turn {last}: {cut(tr.turns[-1].next_obs, FIELD_CHARS)}")
     return "\n".join(lines)
 
 
@@ -439,7 +408,7 @@ def _failure_preview(tr: Trajectory, idx: int, head: int = 6, tail: int = 3) -> 
     n_err = sum(turn_error(t) is not None for t in tr.turns)
     final = tr.turns[-1].next_obs if tr.turns else ""
     return (f"- trajectory {idx} FAILED ({len(acts)} turns, {n_err} error-producing): "
-            f"{' → '.join(shown)}; final observation: {_cut(final, 160)!r}")
+            f"{' → '.join(shown)}; final observation: {cut(final, 160)!r}")
 
 
 def build_system_prompt(group: list[Trajectory], success_id: int) -> str:
@@ -489,33 +458,15 @@ def parse_proposal(text: str) -> dict | None:
 # ---------------------------------------------------------------------------------------------
 # The judge agent loop (hf and openai backends)
 # ---------------------------------------------------------------------------------------------
-class AgentJudge:
+class AgentJudge(AgentCritic):
     """An LLM judge: system prompt -> [tool rounds] -> JSON proposal -> validate -> repair, all
     within `max_seconds` of wall time (None: no budget; each chat call still has its own
-    timeout and retries)."""
+    timeout and retries). The budgeted chat call `_ask` and `critique` are AgentCritic's."""
 
     def __init__(self, chat: ChatFn, name: str = "agent", max_tool_rounds: int = MAX_TOOL_ROUNDS,
                  max_repairs: int = MAX_REPAIRS, max_seconds: float | None = MAX_SECONDS):
-        self.chat, self.name = chat, name
+        super().__init__(chat, name, max_seconds)
         self.max_tool_rounds, self.max_repairs = max_tool_rounds, max_repairs
-        self.max_seconds = max_seconds
-
-    def _deadline(self) -> float | None:
-        return None if self.max_seconds is None else time.monotonic() + self.max_seconds
-
-    def _ask(self, msgs: list[dict], tools: list[dict] | None, deadline: float | None) -> ChatReply:
-        """One chat call under the budget. The clients honour `deadline` themselves; the checks
-        here also cover the time spent between calls (tool searches) and any chat function that
-        overran it."""
-        late = ChatReply(error=f"timeout: the judge call used its max_seconds={self.max_seconds} "
-                               "wall-time budget")
-        if deadline is not None and time.monotonic() >= deadline:
-            return late
-        reply = self.chat(msgs, tools, deadline=deadline)
-        if deadline is not None and time.monotonic() > deadline and not reply.error:
-            late.prompt_tokens, late.completion_tokens = reply.prompt_tokens, reply.completion_tokens
-            return late          # it answered, but too late to count: the budget is the bound
-        return reply
 
     def propose(self, group: list[Trajectory], success_id: int) -> JudgeResult:
         bad = _check_group(group, success_id)
@@ -574,82 +525,14 @@ class AgentJudge:
         return JudgeResult(prop, status, reason, st["repairs"], tools.calls, st["pt"], st["ct"],
                            msgs, tools.errors)
 
-    def critique(self, traj: Trajectory, gold: str | None = None,
-                 group: list[Trajectory] | None = None) -> CritiqueResult:
-        """CriticSearch: one call, the critic sees the whole trajectory, its outcome and the
-        gold answer (`group` is ignored: the critic judges one trajectory at a time)."""
-        msgs = [{"role": "system", "content": CRITIC_SYSTEM},
-                {"role": "user", "content": critic_prompt(traj, gold)}]
-        reply = self._ask(msgs, None, self._deadline())
-        msgs.append({"role": "assistant", "content": reply.content})
-        n = len(traj.turns)
-        labels, reason = ([0.0] * n, reply.error) if reply.error else parse_labels(reply.content, n)
-        return CritiqueResult(labels, "dropped" if reason else "valid", reason,
-                              reply.prompt_tokens, reply.completion_tokens, msgs)
-
-
-# ---------------------------------------------------------------------------------------------
-# CriticSearch critic: prompt and label parsing
-# ---------------------------------------------------------------------------------------------
-CRITIC_SYSTEM = ("You are a critic reviewing an agent's finished episode turn by turn. You know "
-                 "the outcome and, when given, the gold answer.")
-
-
-def critic_prompt(traj: Trajectory, gold: str | None) -> str:
-    lines = [f"Task: {traj.task_text}",
-             f"Outcome: {'SUCCESS' if traj.won else 'FAILURE'} (score {traj.score:.2f})"]
-    if gold is not None:
-        lines.append(f"Gold answer: {gold}")
-    for t in traj.turns:
-        lines.append(f"[turn {t.t}] observation: {_cut(t.obs, FIELD_CHARS)}\n"
-                     f"[turn {t.t}] action: {t.action}\n[turn {t.t}] result: {_cut(t.next_obs, 300)}")
-    lines.append(f"Label every turn: 1 if it moved the agent toward the goal, -1 if it was a "
-                 f"mistake or wasted. Reply with ONLY a JSON list of exactly {len(traj.turns)} "
-                 f"numbers, one per turn in order, e.g. [1, -1, 1].")
-    return "\n".join(lines)
-
-
-def _label(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return 1.0 if v else -1.0
-    if isinstance(v, (int, float)):
-        return float((v > 0) - (v < 0))
-    if isinstance(v, str):
-        s = v.strip().lower()
-        return {"good": 1.0, "+1": 1.0, "1": 1.0, "bad": -1.0, "-1": -1.0, "0": 0.0,
-                "neutral": 0.0}.get(s)
-    return None
-
-
-def parse_labels(text: str, n: int) -> tuple[list[float], str | None]:
-    """(labels, None) or (n neutral zeros, reason). The last list (or {"labels": [...]}) in the
-    reply counts; chat.scan_json bounds the parse (depth, size, numbers, time)."""
-    values, rejects = scan_json(text)
-    for v in reversed(values):
-        if isinstance(v, dict):
-            v = v.get("labels")
-        if not isinstance(v, list):
-            continue
-        labels = [_label(x) for x in v]
-        if any(x is None for x in labels):
-            return [0.0] * n, "bad_labels: labels must be numbers or 'good'/'bad'"
-        if len(labels) != n:
-            return [0.0] * n, f"wrong_length: {len(labels)} labels for {n} turns"
-        return labels, None
-    return [0.0] * n, "not_json: no JSON list of labels in the reply" + rejects_note(rejects)
-
 
 # ---------------------------------------------------------------------------------------------
 # Built-in contrastive judge (offline default)
 # ---------------------------------------------------------------------------------------------
-def _same_action(a: str, b: str) -> bool:
-    return fuzz.ratio(utils.default_process(a), utils.default_process(b)) >= ACTION_MATCH
-
-
-class BuiltinJudge:
+class BuiltinJudge(BuiltinCritic):
     """Contrastive judge over the two tools (see the module docstring). It reads the success as
     the prompt shows it and the failures only through `GroupTools`, so it never sees more than
-    an LLM judge would."""
+    an LLM judge would. Its `critique` is BuiltinCritic's."""
     name = "builtin"
 
     def propose(self, group: list[Trajectory], success_id: int) -> JudgeResult:
@@ -669,7 +552,7 @@ class BuiltinJudge:
             a = succ.turns[t].action
             if a not in seen:
                 hits = self._search(tools, log, a, TOP_K_CAP, "action")
-                seen[a] = 1.0 - len({h["traj_id"] for h in hits if _same_action(a, h["action"])}) / n_fail
+                seen[a] = 1.0 - len({h["traj_id"] for h in hits if same_action(a, h["action"])}) / n_fail
             score[t] = seen[a]
         pivot = max(cands, key=lambda t: (score[t], -t))    # most distinctive, earliest on ties
         if score[pivot] <= 0.0:
@@ -699,7 +582,7 @@ class BuiltinJudge:
         # what did the failures do in the most similar states? (observation search)
         hits = self._search(tools, log, turn.obs, TOP_K_CAP, "obs")
         near = [h for h in hits if h["score"] >= 90.0] or hits[:3]     # near-identical states
-        alts = Counter(h["action"] for h in near if not _same_action(turn.action, h["action"]))
+        alts = Counter(h["action"] for h in near if not same_action(turn.action, h["action"]))
         n_took = round((1.0 - dist) * n_fail)
         mode = f"the failed runs do not '{turn.action}' ({n_fail - n_took}/{n_fail} never do)"
         if alts:
@@ -710,23 +593,6 @@ class BuiltinJudge:
         return {"failure_mode": mode, "start_turn": p, "end_turn": p,
                 "rationale": f"turn {p} is the earliest turn of the success whose action is "
                              f"absent from the most failed runs (same action after normalisation)"}
-
-    def critique(self, traj: Trajectory, gold: str | None = None,
-                 group: list[Trajectory] | None = None) -> CritiqueResult:
-        """Our heuristic stand-in for an LLM critic (not from any paper): error-producing turns
-        are -1; with `group`, a success's turns whose action no failed run takes are +1 and a
-        failure's turns whose action no successful run takes are -1; everything else is 0."""
-        others = [o for o in (group or []) if o is not traj and o.won != traj.won]
-        other_actions = {t.action for o in others for t in o.turns}
-        labels = []
-        for t in traj.turns:
-            if turn_error(t):
-                labels.append(-1.0)
-            elif others and not any(_same_action(t.action, a) for a in other_actions):
-                labels.append(1.0 if traj.won else -1.0)
-            else:
-                labels.append(0.0)
-        return CritiqueResult(labels, "valid", None, 0, 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -739,12 +605,9 @@ def valid_segments(traj: Trajectory) -> list[tuple[int, int]]:
             if all(ok[s:e + 1])]
 
 
-class RandomJudge:
+class RandomJudge(RandomCritic):
     """Uniform over the success's valid segments; same validation path as every judge."""
     name = "random"
-
-    def __init__(self, seed: int = 0):
-        self.rng = random.Random(seed)
 
     def propose(self, group: list[Trajectory], success_id: int) -> JudgeResult:
         bad = _check_group(group, success_id)
@@ -760,34 +623,20 @@ class RandomJudge:
         assert prop is not None, err
         return JudgeResult(prop, "valid", None, 0, 0, 0, 0, [])
 
-    def critique(self, traj: Trajectory, gold: str | None = None,
-                 group: list[Trajectory] | None = None) -> CritiqueResult:
-        return CritiqueResult([self.rng.choice((1.0, -1.0)) for _ in traj.turns], "valid", None, 0, 0)
-
 
 # ---------------------------------------------------------------------------------------------
 # Registry
 # ---------------------------------------------------------------------------------------------
-def _loop_kw(kw: dict) -> dict:
-    return {k: kw.pop(k) for k in ("max_tool_rounds", "max_repairs", "max_seconds") if k in kw}
+def _agent(client: Callable[..., ChatFn], name: str) -> Callable[..., AgentJudge]:
+    def make(**kw) -> AgentJudge:       # the agent loop's settings; the rest go to the client
+        loop = {k: kw.pop(k) for k in ("max_tool_rounds", "max_repairs", "max_seconds") if k in kw}
+        return AgentJudge(client(**kw), name=name, **loop)
+    return make
 
 
-def _make_hf(**kw) -> AgentJudge:
-    loop = _loop_kw(kw)
-    return AgentJudge(HFChat(**kw), name="hf", **loop)
-
-
-def _make_openai(**kw) -> AgentJudge:
-    loop = _loop_kw(kw)
-    return AgentJudge(OpenAIChat(**kw), name="openai", **loop)
-
-
-JUDGES: dict[str, Callable[..., Judge]] = {
-    "builtin": lambda **kw: BuiltinJudge(**kw),
-    "random": lambda **kw: RandomJudge(**kw),
-    "hf": _make_hf,
-    "openai": _make_openai,
-}
+JUDGES: dict[str, Callable[..., Judge]] = {         # name -> factory(**kw)
+    "builtin": lambda **kw: BuiltinJudge(**kw), "random": lambda **kw: RandomJudge(**kw),
+    "hf": _agent(HFChat, "hf"), "openai": _agent(OpenAIChat, "openai")}
 
 
 def make_judge(name: str, **kw) -> Judge:

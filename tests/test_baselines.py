@@ -22,7 +22,7 @@ torch.set_num_threads(1)
 
 import baselines  # noqa: E402
 import rollout  # noqa: E402
-from judge import CritiqueResult  # noqa: E402
+from critic import CritiqueResult  # noqa: E402
 from rollout import AgentState, Trajectory, Turn  # noqa: E402
 
 G95 = 0.95

@@ -3,7 +3,7 @@
 1. 12,000 random judge / critic replies (mixes of braces, brackets, quotes, backslashes, digits,
    `<tool_call>` and `<think>` tags, deep nesting, huge numbers, long whitespace runs, unicode,
    valid proposals, tool calls and label lists embedded in noise) through every parser of
-   judge.py and chat.py, plus random chat.completion responses through `_openai_reply`: zero
+   judge.py, critic.py and chat.py, plus random chat.completion responses through `_openai_reply`: zero
    exceptions, well-typed results, embedded valid answers still found, a bounded total time.
 2. 1,200 random requests (methods, paths, versions, headers, Content-Lengths, bodies) over raw
    sockets to a real retrieval server on 127.0.0.1 (port 0): every one answered, every answer a
@@ -22,6 +22,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import chat  # noqa: E402
+import critic  # noqa: E402
 import judge  # noqa: E402
 import searchqa as S  # noqa: E402
 from rollout import Trajectory, Turn  # noqa: E402
@@ -137,7 +138,7 @@ def _check_reply(text: str, tools: judge.GroupTools, run_tools: bool):
         for c in calls[:judge.MAX_CALLS_PER_ROUND]:
             out = tools.call(c["name"], c["arguments"])
             assert isinstance(out, str) and len(out) <= judge.RESULT_CHARS + 40
-    labels, reason = judge.parse_labels(text, 4)
+    labels, reason = critic.parse_labels(text, 4)
     assert len(labels) == 4 and set(labels) <= {-1.0, 0.0, 1.0}
     assert reason is None or labels == [0.0] * 4
     v, err = chat.loads(text[:3000])
@@ -168,7 +169,7 @@ def test_fuzz_judge_and_critic_parsers():
     for _ in range(500):                      # a label list after noise
         want = [rng.choice([1, -1, 0]) for _ in range(4)]
         text = mild_noise(rng, 40) + "\n" + json.dumps(want) + "\n" + tail_noise(rng, 40)
-        assert judge.parse_labels(text, 4) == ([float(x) for x in want], None), text
+        assert critic.parse_labels(text, 4) == ([float(x) for x in want], None), text
     for _ in range(2_000):                    # random endpoint responses
         reply = chat._openai_reply(random_response(rng), [{"role": "user", "content": "hi"}])
         assert isinstance(reply, chat.ChatReply) and isinstance(reply.content, str)

@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pytest  # noqa: E402
 
+import critic  # noqa: E402
 import judge  # noqa: E402
 from judge import GroupTools, make_judge, turn_error, validate_proposal  # noqa: E402
 from rollout import Trajectory, Turn  # noqa: E402
@@ -544,7 +545,7 @@ def test_deep_nesting_is_rejected_not_raised():
     assert judge.json_values(DEEP) == [] and judge.json_values("{" * 1000 + "}" * 1000) == []
     obj, why = judge.find_proposal(f"answer: {DEEP}")
     assert obj is None and why.startswith("not_json") and "too_deep" in why
-    labels, why = judge.parse_labels(DEEP, 3)                  # the critic's parser too
+    labels, why = critic.parse_labels(DEEP, 3)                  # the critic's parser too
     assert labels == [0.0] * 3 and why.startswith("not_json") and "too_deep" in why
     ok = "[" * 60 + "]" * 60                                   # below the limit: decoded
     assert judge.json_values(ok) == [json.loads(ok)]
@@ -577,14 +578,14 @@ def test_huge_integers_are_rejected_not_raised():
     prop, err = validate_proposal({"failure_mode": "m", "start_turn": big, "end_turn": 1},
                                   pivot_group(), 1)
     assert prop is None and err.startswith("schema") and len(err) < 300
-    assert judge.parse_labels(f"[{big}, 1, 1]", 3)[1].startswith("not_json")
+    assert critic.parse_labels(f"[{big}, 1, 1]", 3)[1].startswith("not_json")
     assert GroupTools(pivot_group(), 1).call(
         "get_segment", f'{{"traj_id": {"9" * 1900}, "start_turn": 0, "end_turn": 0}}').startswith("error:")
 
 
 def test_non_finite_numbers_are_not_numbers():
     assert judge.json_values("[NaN, Infinity, -Infinity, 1e999, 2]") == [[None, None, None, None, 2]]
-    labels, why = judge.parse_labels("[1, NaN, -1]", 3)
+    labels, why = critic.parse_labels("[1, NaN, -1]", 3)
     assert labels == [0.0] * 3 and why.startswith("bad_labels")
 
 
@@ -601,7 +602,7 @@ def test_parsers_are_fast_on_hostile_text(text):
     judge.json_values(text)
     judge.parse_proposal(text)
     judge.parse_text_tool_calls(text)
-    judge.parse_labels(text, 4)
+    critic.parse_labels(text, 4)
     assert time.monotonic() - t0 < 3.0
 
 

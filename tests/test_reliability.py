@@ -198,7 +198,7 @@ def test_checkpoint_every_defaults_to_auto():
     train.validate(cfg)                                                          # 0 is allowed
     with pytest.raises(ValueError, match="--checkpoint-every -1"):
         train.validate(train.parse_args(["--checkpoint-every", "-1"]))
-    assert "0 = auto: every update for the tiny policy" in train.field_docs(train.Config)["checkpoint_every"]
+    assert "0 = auto: every update for the tiny policy" in __import__('config').field_docs(train.Config)["checkpoint_every"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -108,7 +108,8 @@ def test_help_lists_every_flag(tmp_path, cache):
     r = run(["--help"], cache, timeout=60)
     assert r.returncode == 0, r.stderr[-300:]
     text = " ".join(r.stdout.split())
-    for f in train.fields(train.Config):
+    import dataclasses
+    for f in dataclasses.fields(train.Config):
         assert "--" + f.name.replace("_", "-") in text
     assert "(0.4 = 40% more;" in text          # the docstring's own '%', printed as written
 

@@ -1,0 +1,302 @@
+"""config.py — the one config of a run: a dataclass whose field docstrings are the --help texts.
+
+    cfg = parse_args(["--env", "keydoor", "--env-opt", "rooms=8"])   # flags → Config (+ per-env defaults)
+    validate(cfg)                                                     # every rule, before anything is built
+
+Each field's docstring (the string under it) is its help text, read from the source by
+`field_docs`, so the flag reference cannot drift from the code. `ENV_DEFAULTS` gives a benchmark
+its own default where the ALFWorld-tuned one does not fit; an explicit flag always wins. `RULES`
+are checked by `validate` in well under a second: one line naming the flag and the rule, exit 2
+(train.main). What it leaves out: config files (the saved config.json is the record of a run).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import os
+from dataclasses import dataclass, field, fields
+
+import envs
+
+
+# ---------------------------------------------------------------------------------------------
+# Config: one dataclass; each field's docstring is its --help text
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Config:
+    # --- what to run
+    env: str = "alfworld"
+    """benchmark: alfworld | webshop | searchqa | keydoor (the credit lab: known pivotal decisions)"""
+    method: str = "prover"
+    """credit assignment: prover | grpo | grpo-matched | gigpo | spo-chain | spo-tree | criticsearch"""
+    judge: str = "builtin"
+    """ProVer/CriticSearch judge backend: builtin | random | hf | openai"""
+    model: str = ""
+    """HF model folder or hub id; empty = build the tiny offline policy (warm-started by behaviour cloning)"""
+    rollout: str = "hf"
+    """generation backend: hf (transformers) | vllm (colocated engine, weights synced after each update)"""
+    # --- scale
+    iters: int = 200
+    """number of policy updates"""
+    group_size: int = 8
+    """G: rollouts per task (a GRPO group)"""
+    tasks_per_iter: int = 8
+    """tasks (groups) per update"""
+    eval_every: int = 10
+    """evaluate every N updates (0 = never)"""
+    eval_episodes: int = 128
+    """held-out episodes per evaluation (N tasks spread evenly over the eval split, all task types)"""
+    eval_split: str = ""
+    """held-out split (default: the env's first held-out split, e.g. valid_seen)"""
+    eval_repeats: int = 1
+    """play each evaluation task this many times with different sampling seeds (less noise per reading)"""
+    eval_temperature: float = 0.4
+    """sampling temperature at evaluation (verl-agent uses 0.4)"""
+    temperature: float = 1.0
+    """sampling temperature for training rollouts and continuations"""
+    seed: int = 0
+    """fixes task sampling, env generation, model init and sampling"""
+    out: str = ""
+    """run directory (default runs/<env>-<method>-s<seed>)"""
+    resume: bool = False
+    """continue from <out>/checkpoint instead of starting over"""
+    strict: bool = False
+    """re-raise an error in the credit step (tests); off: it is logged to errors.log and confined to its group"""
+    checkpoint_every: int = 0
+    """write the checkpoint every N updates and at the end (0 = auto: every update for the tiny policy, whose checkpoint takes milliseconds, so a stop loses no finished update; 10 for --model, whose checkpoints are large)"""
+    # --- env
+    env_opt: list = field(default_factory=list)
+    """KEY=VALUE option of the env, repeatable, checked by the env (e.g. --env-opt rooms=8 --env-opt p_key=0.8 for keydoor)"""
+    preset: str = "small"
+    """ALFWorld household size: small (CPU default) | full (ALFWorld-like)"""
+    env_backend: str = "auto"
+    """auto | builtin | real: real benchmark data/engine (ALFWorld official games, WebShop repo, retrieval server)"""
+    max_steps: int = 0
+    """episode step limit (0 = the benchmark's: ALFWorld 50, WebShop 15, SearchQA 4)"""
+    history_len: int = 4
+    """past (observation, action) steps shown in the prompt"""
+    chat_prompt: bool = False
+    """use the benchmark's full verl-agent chat prompt (default for --model) instead of the compact one"""
+    # --- optimisation (grpo.py)
+    lr: float = 1e-4
+    """AdamW learning rate (the tiny policy's default; use ~1e-6 for real LLMs)"""
+    lr_final: float = 1.0
+    """learning rate at update --iters as a fraction of --lr, reached by linear decay from update 1 (1 = constant)"""
+    norm_std: bool = False
+    """divide group advantages by the group std (off: A = R − mean R, as in the ProVer paper)"""
+    clip: float = 0.2
+    """PPO clip range ε"""
+    kl_coef: float = 0.0
+    """k3 KL to a frozen copy of the initial policy (0 = no reference model)"""
+    reward: str = "success"
+    """trajectory outcome R for advantages and value estimates: success (1 if won) | score (the benchmark's score in [0, 1]; WebShop's own env reward)"""
+    invalid_penalty: float = 0.1
+    """subtracted from the advantage of a turn whose output lacked <action> tags"""
+    inadmissible_penalty: float = 0.0
+    """subtracted from the advantage of a well-formed turn whose action was not in the env's admissible list (ALFWorld: "Nothing happens."); envs without a list are unaffected (WebShop's list has a search[...] placeholder: keep 0)"""
+    max_new_tokens: int = 24
+    """response length cap per turn"""
+    micro_tokens: int = 8192
+    """padded tokens per forward pass in the update (memory knob)"""
+    loss_agg: str = "token-mean"
+    """loss aggregation: token-mean (every action token alike: verl-agent's) | traj-mean (every trajectory alike: the mean of each trajectory's token mean, so long failures do not outweigh short successes)"""
+    minibatches: int = 1
+    """optimizer steps per rollout batch: its turns are split into this many mini-batches, one PPO-clip step each (verl's ppo_mini_batch_size; 1 = a single on-policy step)"""
+    # --- ProVer (prover.py / verify.py)
+    min_success: int = 1
+    """eligible groups have at least this many successes"""
+    max_success: int = 3
+    """... and at most this many (of G = 8)"""
+    verify_k: int = 8
+    """K: continuations from each of s_pre and s_post"""
+    lam: float = 1.0
+    """λ: credit added is λ·Δ̂"""
+    margin: float = 0.0
+    """credit only if Δ̂ > margin (0 = the paper's Δ̂ > 0)"""
+    # --- baselines (baselines.py)
+    matched_extra: float = 0.4
+    """grpo-matched: extra rollout tokens per update as a share of the rollout tokens (0.4 = 40% more; default: about ProVer's overhead, see baselines.py)"""
+    matched_tokens: int = 0
+    """grpo-matched: explicit extra generated tokens per update (overrides matched_extra when > 0)"""
+    gigpo_gamma: float = 0.95
+    """gigpo: discount γ of the step returns"""
+    gigpo_omega: float = 1.0
+    """gigpo: weight ω of the step advantage (A = A^E + ω·A^S)"""
+    gigpo_mode: str = "mean_norm"
+    """gigpo: mean_norm (no std, the repo default) | mean_std_norm (divide by std + 1e-6)"""
+    gigpo_similarity: float = 0.0
+    """gigpo: anchor states match exactly (0) or by difflib ratio >= this (e.g. 0.9)"""
+    spo_interval: int = 5
+    """spo-chain: a segment boundary every k turns"""
+    spo_n: int = 4
+    """spo-chain: Monte-Carlo continuations per boundary"""
+    spo_tree_depths: str = "3,6"
+    """spo-tree: turn depths where every running branch branches (comma-separated)"""
+    spo_tree_branch: int = 2
+    """spo-tree: children per branching node (the branch itself + b-1 new continuations)"""
+    critic_alpha: float = 0.25
+    """criticsearch: weight α of the normalised turn labels (A = A^GRPO + α·Â)"""
+    # --- judge backends (judge.py)
+    judge_url: str = ""
+    """openai judge: base URL of an OpenAI-compatible endpoint (else $OPENAI_BASE_URL)"""
+    judge_model: str = ""
+    """openai judge: model name (else $JUDGE_MODEL); hf judge: model folder (default: the policy itself)"""
+    judge_timeout: float = 60.0
+    """openai judge: seconds per request"""
+    # --- tiny offline policy (warmstart.py)
+    tiny_hidden: int = 64
+    """tiny policy width (attention heads = width / 32)"""
+    tiny_layers: int = 2
+    """tiny policy depth"""
+    bc_episodes: int = 400
+    """behaviour cloning: noisy expert episodes"""
+    bc_steps: int = 750
+    """behaviour cloning: optimizer steps at most (the target below stops it earlier on purpose: the policy starts imperfect)"""
+    bc_target: float = 0.35
+    """behaviour cloning stops once success at --eval-temperature on 64 unseen training tasks reaches this (checked every 50 steps from step 250), so every seed starts RL from about the same level with room to improve; 0 = run all --bc-steps"""
+    bc_seed: int = -1
+    """seed of the warm start (-1 = --seed); fix it to compare RL seeds from one warm-started policy"""
+    bc_epsilon: float = 0.3
+    """behaviour cloning: chance of a random admissible action in the demos"""
+    bc_slip: float = 0.0
+    """behaviour cloning: chance of a slip in the demos — an action admissible earlier in the episode but not now ("Nothing happens."), followed by the expert's recovery (0 = demos hold admissible actions only)"""
+    bc_expert: str = "search"
+    """ALFWorld demos' expert: search (uses only what the prompt shows: takes the object if it is here, else opens this receptacle or goes to the next one in the admissible list that could hold it) | oracle (walks straight to where the hidden object is)"""
+    cache_dir: str = "~/.cache/prover"
+    """where warm-started tiny policies are cached (keyed by env + config)"""
+    threads: int = 0
+    """torch CPU threads (0 = auto: 1 for the tiny policy, whose ops are too small to split, all cores for --model)"""
+    workers: int = 0
+    """local data-parallel worker processes (0 = auto: one per CPU core, at most --tasks-per-iter, for the tiny policy on CPU; 1 for --model, --rollout vllm and CUDA, where torchrun is the tool). Each worker rolls out and evaluates its share of the tasks; gradients are summed, so an update is the one a single process would take"""
+    # --- scale-out / real models
+    device: str = "auto"
+    """auto (cuda for --model when available, else cpu) | cpu | cuda"""
+    bf16: bool = False
+    """bf16 autocast in the update (real models on GPU)"""
+    grad_ckpt: bool = False
+    """gradient checkpointing (real models: trade compute for activation memory)"""
+    lora_r: int = 0
+    """LoRA rank via peft (0 = full fine-tuning); adapters on all attention and MLP projections"""
+    lora_alpha: int = 32
+    """LoRA alpha"""
+    vllm_kv_bytes: int = 256 * 2**20
+    """vLLM KV-cache bytes on CPU (on GPU vLLM sizes it from --vllm-gpu-mem)"""
+    vllm_gpu_mem: float = 0.5
+    """vLLM: fraction of GPU memory for weights + KV cache (colocated with the trainer)"""
+    vllm_max_len: int = 4096
+    """vLLM: max prompt + response tokens"""
+
+
+
+CHOICES = {
+    "env": ["alfworld", "webshop", "searchqa", "keydoor"],
+    "method": ["prover", "grpo", "grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch"],
+    "judge": ["builtin", "random", "hf", "openai"],
+    "rollout": ["hf", "vllm"],
+    "loss_agg": ["token-mean", "traj-mean"],
+    "preset": ["small", "full"],
+    "env_backend": ["auto", "builtin", "real"],
+    "device": ["auto", "cpu", "cuda"],
+    "reward": ["success", "score"],
+    "bc_expert": ["search", "oracle"],
+}
+
+# Per-benchmark defaults: a flag the user does not pass takes its value from here when the
+# benchmark needs something other than the Config default (which is tuned for ALFWorld). Why:
+# WebShop pages are long, so its prompts carry no history, its warm start is shorter and R is its
+# score; SearchQA episodes are ≤ 4 short turns, so it affords more updates; keydoor's corridor is
+# learned in few BC steps and a run is meant to be cheap (many seeds). Their recipes do not use
+# --bc-target (they stop at a fixed number of BC steps).
+ENV_DEFAULTS: dict[str, dict] = {
+    "webshop": {"history_len": 0, "bc_episodes": 200, "bc_steps": 300, "bc_target": 0.0, "reward": "score", "iters": 250},
+    "searchqa": {"bc_steps": 320, "bc_target": 0.0, "iters": 600},
+    "keydoor": {"bc_episodes": 100, "bc_steps": 150, "bc_target": 0.0, "iters": 40, "history_len": 2,
+                "eval_every": 10, "max_new_tokens": 12},
+}
+
+
+def field_docs(cls) -> dict[str, str]:
+    """The docstring under each dataclass field (the help text), read from the source."""
+    tree = ast.parse(inspect.getsource(cls))
+    body, docs = tree.body[0].body, {}
+    for a, b in zip(body, body[1:]):
+        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
+            docs[a.target.id] = b.value.value
+    return docs
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):  # one clear line, non-zero exit (argparse prints usage too)
+        self.exit(2, f"train.py: error: {message}\n")
+
+
+def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
+    epilog = "per-benchmark defaults (used when the flag is not given): " + "; ".join(
+        f"{e}: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in d.items()) for e, d in ENV_DEFAULTS.items() if d)
+    p = OneLineParser(prog="train.py", epilog=epilog,
+                      description="train.py — the training loop: rollouts → credit (GRPO / ProVer / baselines) → PPO-clip update",
+                      formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
+    docs = {k: v.replace("%", "%%") for k, v in field_docs(Config).items()}   # argparse %-formats help
+    for f in fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        default = argparse.SUPPRESS if suppress_defaults else (f.default if f.default_factory is field().default_factory else [])
+        typ = f.type if isinstance(f.type, str) else f.type.__name__
+        if typ == "bool":
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=docs.get(f.name))
+        elif typ == "list":     # repeatable KEY=VALUE (--env-opt)
+            p.add_argument(flag, action="append", metavar="KEY=VALUE", default=default, help=docs.get(f.name))
+        else:
+            p.add_argument(flag, type={"int": int, "float": float, "str": str}[typ], default=default,
+                           choices=CHOICES.get(f.name), help=docs.get(f.name))
+    return p
+
+
+def parse_args(argv=None) -> Config:
+    cfg = Config(**vars(build_parser().parse_args(argv)))
+    given = vars(build_parser(suppress_defaults=True).parse_args(argv))   # only the flags on the command line
+    for k, v in ENV_DEFAULTS.get(cfg.env, {}).items():
+        if k not in given:
+            setattr(cfg, k, v)
+    return cfg
+
+
+# (field, rule holds?, the rule in words): checked before anything is built
+RULES = [
+    ("iters", lambda v: v >= 0, ">= 0"), ("group_size", lambda v: v >= 2, ">= 2 (a group needs two rollouts to compare)"),
+    ("tasks_per_iter", lambda v: v >= 1, ">= 1"), ("eval_every", lambda v: v >= 0, ">= 0 (0 = never)"),
+    ("eval_episodes", lambda v: v >= 1, ">= 1"), ("eval_repeats", lambda v: v >= 1, ">= 1"),
+    ("eval_temperature", lambda v: v > 0, "> 0"), ("temperature", lambda v: v > 0, "> 0"),
+    ("checkpoint_every", lambda v: v >= 0, ">= 0 (0 = auto)"), ("max_steps", lambda v: v >= 0, ">= 0 (0 = the benchmark's)"),
+    ("history_len", lambda v: v >= 0, ">= 0"), ("lr", lambda v: v > 0, "> 0"),
+    ("lr_final", lambda v: 0.0 <= v <= 1.0, "a fraction of --lr, must be in [0, 1]"),
+    ("clip", lambda v: v > 0, "> 0"), ("kl_coef", lambda v: v >= 0, ">= 0"),
+    ("max_new_tokens", lambda v: v >= 1, ">= 1"), ("micro_tokens", lambda v: v >= 1, ">= 1"),
+    ("minibatches", lambda v: v >= 1, "must be >= 1 (optimizer steps per rollout batch)"),
+    ("min_success", lambda v: v >= 1, ">= 1"), ("verify_k", lambda v: v >= 1, ">= 1 (continuations per side)"),
+    ("lam", lambda v: v >= 0, ">= 0"), ("spo_interval", lambda v: v >= 1, ">= 1"), ("spo_n", lambda v: v >= 1, ">= 1"),
+    ("spo_tree_branch", lambda v: v >= 2, ">= 2"), ("critic_alpha", lambda v: v >= 0, ">= 0"),
+    ("tiny_hidden", lambda v: v >= 32 and v % 32 == 0, "a multiple of 32"), ("tiny_layers", lambda v: v >= 1, ">= 1"),
+    ("bc_episodes", lambda v: v >= 1, ">= 1"), ("bc_steps", lambda v: v >= 1, ">= 1"),
+    ("bc_target", lambda v: 0.0 <= v <= 1.0, "a success rate, must be in [0, 1]"),
+    ("bc_epsilon", lambda v: 0.0 <= v <= 1.0, "a probability, must be in [0, 1]"),
+    ("bc_slip", lambda v: 0.0 <= v <= 1.0, "a probability, must be in [0, 1]"),
+    ("threads", lambda v: v >= 0, ">= 0 (0 = auto)"), ("judge_timeout", lambda v: v > 0, "> 0"),
+]
+
+
+def validate(cfg: Config) -> dict:
+    """Every rule on the config, before anything is built; returns the parsed --env-opt values.
+    Raises ValueError with one line naming the flag and the rule."""
+    for name, ok, rule in RULES:
+        if not ok(getattr(cfg, name)):
+            raise ValueError(f"--{name.replace('_', '-')} {getattr(cfg, name)}: {rule}")
+    if cfg.max_success < cfg.min_success:
+        raise ValueError(f"--max-success {cfg.max_success}: must be >= --min-success {cfg.min_success}")
+    if cfg.model and os.path.isfile(os.path.expanduser(cfg.model)):
+        raise ValueError(f"--model {cfg.model}: is a file; give a model folder (config.json + weights) or a hub id")
+    if cfg.model and os.path.isdir(os.path.expanduser(cfg.model)) and not os.path.exists(os.path.join(os.path.expanduser(cfg.model), "config.json")):
+        raise ValueError(f"--model {cfg.model}: folder has no config.json (not a Hugging Face model folder)")
+    spec = envs.get_spec(cfg.env)
+    opts = envs.parse_env_opts(spec, cfg.env_opt)
+    return opts
