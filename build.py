@@ -2,9 +2,10 @@
 
     spec, env_kw, backend_line, eval_split = env_setup(cfg, log)   # the env's backend resolved once
     model, tok, model_dir = model_setup(cfg, spec, env_kw, log)    # --model, or the tiny warm start
-    model = model_extras(cfg, model, device)                       # LoRA, gradient checkpointing, device
+    model = model_extras(cfg, model, device)                       # LoRA, gradient checkpointing, device, --fsdp
     gen = generator_setup(cfg, model, tok, model_dir)              # HF sampling loop or vLLM
     judge = judge_setup(cfg, model, tok)                           # ProVer / CriticSearch only
+    ref = reference_setup(cfg, model)                              # the KL reference (--kl-coef > 0)
 
 Each takes the config (any object with train.Config's fields) and returns plain objects; nothing
 here runs a training step. Optional backends (vLLM, peft) are imported inside their branch and a
@@ -12,8 +13,10 @@ missing one is one clear error.
 """
 from __future__ import annotations
 
+import copy
 import random
 
+import dist
 import envs
 import judge
 import policy
@@ -52,9 +55,13 @@ def model_setup(cfg, spec, env_kw, log):
 
 
 def model_extras(cfg, model, device):
-    """LoRA / gradient checkpointing / device placement for the policy being trained."""
+    """LoRA / gradient checkpointing / device placement / FSDP sharding for the policy being trained."""
     if cfg.grad_ckpt:
-        model.gradient_checkpointing_enable()
+        # under FSDP the non-reentrant form: it recomputes a layer through its module call, so
+        # FSDP's gather hooks run again for the recomputation (the reentrant form's autograd
+        # Function hides the recomputed forward from them)
+        model.gradient_checkpointing_enable(**({"gradient_checkpointing_kwargs": {"use_reentrant": False}}
+                                               if getattr(cfg, "fsdp", False) else {}))
     if cfg.lora_r and not hasattr(model, "peft_config"):
         try:
             from peft import LoraConfig, get_peft_model
@@ -63,11 +70,62 @@ def model_extras(cfg, model, device):
         model = get_peft_model(model, LoraConfig(
             r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
-    return model.to(device)
+    model = model.to(device)
+    return shard_policy(cfg, model) if getattr(cfg, "fsdp", False) else model
+
+
+# What a sharded policy keeps beside itself (in its __dict__, so neither parameters() nor
+# state_dict() see them): the unsharded sampler copy and the sharded KL reference.
+FSDP_EXTRAS = "prover_fsdp_extras"
+
+
+def shard_policy(cfg, model):
+    """--fsdp: shard the policy (dist.shard), after taking the copies that need its whole weights
+    now, before they are split:
+    * the HF sampler's full copy (`--rollout hf`): generation runs on it, never on the shards
+      (dist.copy_full_weights says why), and it is refreshed after every update (FullCopySampler).
+      With --rollout vllm the engine holds its own full weights and no copy is made.
+    * the KL reference (`--kl-coef` > 0): sharded like the policy (not kept on the CPU: its
+      forward runs on every micro-batch, and sharded it costs 4 bytes × N / W per rank)."""
+    frozen = lambda: copy.deepcopy(model).eval().requires_grad_(False)       # noqa: E731
+    extras = {"sampler": frozen() if cfg.rollout == "hf" else None,
+              "ref": dist.shard(frozen(), cfg.bf16, reshard_root=True) if cfg.kl_coef > 0 else None}
+    model = dist.shard(model, cfg.bf16)
+    model.__dict__[FSDP_EXTRAS] = extras
+    return model
+
+
+def sampling_model(model):
+    """The model to generate with: a sharded policy's full copy, else the policy itself."""
+    return (model.__dict__.get(FSDP_EXTRAS) or {}).get("sampler") or model
+
+
+def reference_setup(cfg, model):
+    """The frozen KL reference (None when --kl-coef is 0): a copy of the policy as it is now; under
+    --fsdp the sharded copy `shard_policy` made."""
+    if cfg.kl_coef <= 0:
+        return None
+    if dist.is_sharded(model):
+        return model.__dict__[FSDP_EXTRAS]["ref"]
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
+class FullCopySampler(policy.HFGenerator):
+    """policy.HFGenerator on a sharded policy's unsharded copy: `sync` gathers the new weights into
+    the copy in place (so a judge sharing the copy sees them too). Every rank calls `sync` after
+    each update (an all-gather per parameter); `generate` is local, no collective."""
+
+    def sync(self, model) -> None:
+        if dist.is_sharded(model):
+            dist.copy_full_weights(model, self.model)
+        else:
+            self.model = model
 
 
 def generator_setup(cfg, model, tok, model_dir: str):
     if cfg.rollout == "hf":
+        if dist.is_sharded(model):
+            return FullCopySampler(sampling_model(model), tok)
         return policy.HFGenerator(model, tok)
     try:
         import vllm_rollout          # optional: vLLM is a separate install
@@ -97,8 +155,8 @@ def judge_setup(cfg, model, tok):
         if cfg.judge_model:
             jm, jt = policy.load_hf(cfg.judge_model)
             kw.update(model=jm, tokenizer=jt)
-        else:
-            kw.update(model=model, tokenizer=tok)
+        else:    # the policy itself (under --fsdp its full sampler copy, kept current by the sync)
+            kw.update(model=sampling_model(model), tokenizer=tok)
     return judge.make_judge(cfg.judge, **kw)
 
 

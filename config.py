@@ -65,6 +65,8 @@ class Config:
     """re-raise an error in the credit step (tests); off: it is logged to errors.log and confined to its group"""
     checkpoint_every: int = 0
     """write the checkpoint every N updates and at the end (0 = auto: every update for the tiny policy, whose checkpoint takes milliseconds, so a stop loses no finished update; 10 for --model, whose checkpoints are large)"""
+    log: str = ""
+    """optional loggers, comma-separated: tensorboard (<out>/tensorboard/) and/or wandb (offline unless $WANDB_MODE is set: <out>/wandb/); the same keys as metrics.jsonl; neither package is a requirement: a missing one is an error at start-up"""
     # --- env
     env_opt: list = field(default_factory=list)
     """KEY=VALUE option of the env, repeatable, checked by the env (e.g. --env-opt rooms=8 --env-opt p_key=0.8 for keydoor)"""
@@ -180,6 +182,8 @@ class Config:
     """LoRA rank via peft (0 = full fine-tuning); adapters on all attention and MLP projections"""
     lora_alpha: int = 32
     """LoRA alpha"""
+    fsdp: bool = False
+    """shard the policy's weights, gradients and Adam state over the ranks (torch FSDP2, per decoder layer; under torchrun or --workers); gradients are summed as without it, so an update equals the single-process one. Checkpoints become sharded (torch.distributed.checkpoint, resumable on any number of ranks) plus a full HF export. Not with --lora-r"""
     vllm_kv_bytes: int = 256 * 2**20
     """vLLM KV-cache bytes on CPU (on GPU vLLM sizes it from --vllm-gpu-mem)"""
     vllm_gpu_mem: float = 0.5
@@ -297,6 +301,17 @@ def validate(cfg: Config) -> dict:
         raise ValueError(f"--model {cfg.model}: is a file; give a model folder (config.json + weights) or a hub id")
     if cfg.model and os.path.isdir(os.path.expanduser(cfg.model)) and not os.path.exists(os.path.join(os.path.expanduser(cfg.model), "config.json")):
         raise ValueError(f"--model {cfg.model}: folder has no config.json (not a Hugging Face model folder)")
+    import records                   # --log: known names, packages installed (records.parse_loggers)
+    records.parse_loggers(cfg.log)
+    if cfg.fsdp and cfg.lora_r:
+        # LoRA trains ~1% of the weights: its gradients and Adam state are small, and sharding
+        # a frozen base under peft's wrapper would need its own checkpoint format for adapters
+        raise ValueError(f"--fsdp with --lora-r {cfg.lora_r}: not supported; LoRA's trainable state is small, "
+                         "use plain data parallel (torchrun or --workers, without --fsdp) with --lora-r")
+    if cfg.fsdp and cfg.method in ("prover", "criticsearch") and cfg.judge == "hf" and not cfg.judge_model \
+            and cfg.rollout != "hf":
+        # the policy-as-judge generates with the unsharded copy, which only --rollout hf keeps
+        raise ValueError("--fsdp with --judge hf (the policy as judge) needs --rollout hf, or a separate --judge-model")
     spec = envs.get_spec(cfg.env)
     opts = envs.parse_env_opts(spec, cfg.env_opt)
     return opts

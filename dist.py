@@ -19,8 +19,14 @@ signal it cannot handle, e.g. SIGKILL or the OOM killer) is reported in one line
 which then stops the rest. Workers die with their launcher (`die_with_launcher`): a launcher killed
 with SIGKILL cannot pass anything on, and orphaned workers would train on beside a `--resume`.
 
+Sharded training (`--fsdp`, section "FSDP2" below): the policy's parameters, gradients and Adam
+state are split over the ranks with torch's FSDP2 (`fully_shard` per decoder layer, then the root),
+instead of a whole replica per rank. Groups are still owned whole by ranks; FSDP reduce-scatters
+the gradients itself, set to *sum* (not its default mean), so the update is again the
+single-process one.
+
 Everything here takes plain values (no config object), so any script can use it. What it leaves
-out: elastic restarts, several nodes (torchrun does both), model sharding (DDP-style replicas only).
+out: elastic restarts, several nodes (torchrun does both), tensor/pipeline parallelism.
 """
 from __future__ import annotations
 
@@ -33,16 +39,23 @@ import time
 # ---------------------------------------------------------------------------------------------
 # Ranks and collectives (identity in a single process)
 # ---------------------------------------------------------------------------------------------
-def init(use_cuda: bool = False) -> tuple[int, int]:
+def init(use_cuda: bool = False, fsdp: bool = False) -> tuple[int, int]:
     """Join the process group torchrun (or `launch`) described in the environment; (rank, world).
-    A single process (no WORLD_SIZE, or 1) joins nothing."""
+    A single process (no WORLD_SIZE, or 1) joins nothing, unless `fsdp`: FSDP2 shards over a
+    device mesh, which needs a process group even of one rank (so `--fsdp` on one process runs
+    the same sharded code, and resumes a checkpoint written by N ranks)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
+    if world == 1 and not fsdp:
         return 0, 1
     import torch
     import torch.distributed as tdist
     if use_cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if tdist.is_initialized():        # a script (bench/fsdp_step.py, a test) joined one already
+        return tdist.get_rank(), tdist.get_world_size()
+    if world == 1:                    # alone: an in-memory store, no address or port to agree on
+        tdist.init_process_group("nccl" if use_cuda else "gloo", store=tdist.HashStore(), rank=0, world_size=1)
+        return 0, 1
     tdist.init_process_group("nccl" if use_cuda else "gloo")
     return tdist.get_rank(), world
 
@@ -55,11 +68,12 @@ def rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-def all_reduce(x):
-    """Sum a tensor over ranks in place (and return it); identity in a single process."""
+def all_reduce(x, op: str = "sum"):
+    """Reduce a tensor over ranks in place (and return it): `op` "sum" or "max"; identity in a
+    single process."""
     import torch.distributed as tdist
     if tdist.is_available() and tdist.is_initialized() and tdist.get_world_size() > 1:
-        tdist.all_reduce(x)
+        tdist.all_reduce(x, op={"sum": tdist.ReduceOp.SUM, "max": tdist.ReduceOp.MAX}[op])
     return x
 
 
@@ -89,6 +103,144 @@ def barrier() -> None:
     import torch.distributed as tdist
     if tdist.is_available() and tdist.is_initialized():
         tdist.barrier()
+
+
+# ---------------------------------------------------------------------------------------------
+# FSDP2 (--fsdp): the policy sharded over the ranks
+# ---------------------------------------------------------------------------------------------
+# Memory per rank for N parameters over W ranks (fp32 master weights, AdamW):
+#   sharded policy: 4 (weights) + 4 (gradients) + 8 (Adam moments) bytes × N / W
+#   + one decoder layer all-gathered at a time (forward and backward), + activations
+#   + the HF sampler's full copy (4 bytes × N, `--rollout hf` only: see `copy_full_weights`)
+#   + the KL reference, sharded like the policy (4 bytes × N / W, `--kl-coef` > 0 only)
+# so on 8 GPUs a Qwen3-1.7B policy's training state is ~3.4 GB per GPU instead of ~27 GB.
+#
+# How the pieces fit this code base:
+# * Units: `fully_shard` on every decoder layer (the model's `_no_split_modules` classes, e.g.
+#   Qwen3DecoderLayer), then on the whole model (the root: embeddings, final norm and the LM head,
+#   which Qwen3 ties to the embeddings — one parameter, so it must sit in one unit). A layer's
+#   weights are all-gathered just before its forward and freed after it (and again in backward).
+# * The loss does not call the model's forward: grpo.token_logprobs runs the body and then the LM
+#   head on the action positions only (a (B, T, V) logits tensor would dwarf the model). FSDP2's
+#   gathers run in hooks around a module *call*, so that computation is routed through a method of
+#   the root registered with `register_fsdp_forward_method` (`root_call`): the root's parameters
+#   are gathered around it, and the layers' own calls inside do the rest.
+# * Gradients: every rank's loss is its token-sum over the GLOBAL token count (grpo.step), so the
+#   gradients must be *summed* over ranks. FSDP2 averages by default (divides by W); we set the
+#   divide factor to 1 and force plain SUM collectives (gloo has no PREMUL_SUM), on every unit.
+#   dist.all_reduce_grads is then skipped (grpo.step): FSDP has reduced them already.
+# * Collectives in lockstep: each forward/backward of a sharded model is a collective, so every
+#   rank must run the same number of them. grpo.step pads the ranks with fewer micro-batches with
+#   zero-weight passes; generation never touches the sharded model (below), because rollouts have
+#   rank-dependent lengths and would deadlock.
+# * Mixed precision (`--bf16`): MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) — layers
+#   compute in bf16, gradients are reduced in fp32 into the fp32 master shards.
+_MESH = None
+
+
+def is_sharded(model) -> bool:
+    """True for a model `shard` has wrapped (an FSDP2 module)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:               # a torch without distributed support
+        return False
+    return isinstance(model, FSDPModule)
+
+
+def _mesh(device_type: str):
+    """One 1-D device mesh over all ranks (the policy and the reference share it)."""
+    global _MESH
+    if _MESH is None:
+        import torch.distributed as tdist
+        from torch.distributed.device_mesh import init_device_mesh
+        _MESH = init_device_mesh(device_type, (tdist.get_world_size(),))
+    return _MESH
+
+
+def decoder_layers(model) -> list:
+    """The blocks FSDP shards one by one: modules of the classes HF lists in `_no_split_modules`
+    (its own "never split this across devices" unit, the decoder layer), else `model.model.layers`."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        layers = list(getattr(getattr(model, "model", None), "layers", []))
+    if not layers:
+        raise ValueError(f"--fsdp: no decoder layers found in {type(model).__name__}")
+    return layers
+
+
+def _call(self, fn, *args):
+    """The root's registered forward method (see `root_call`): runs fn(*args) while the root's
+    parameters are gathered."""
+    return fn(*args)
+
+
+def shard(model, bf16: bool = False, reshard_root: bool = False):
+    """FSDP2-shard `model` in place over all ranks of the process group (see the section comment);
+    returns it (its class becomes FSDP<cls>; parameter names are unchanged). The model must be on
+    its device already. `reshard_root`: free the root's gathered weights after each call too
+    (FSDP2 keeps the root gathered between forward and backward by default: right for the policy,
+    wasted memory for the KL reference, which has no backward)."""
+    import types
+
+    import torch
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+    mesh = _mesh(next(model.parameters()).device.type)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32)
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=True if reshard_root else None)
+    for m in model.modules():
+        if isinstance(m, FSDPModule):     # per unit: neither setting recurses into sub-units
+            m.set_gradient_divide_factor(1.0)              # sum, not mean, over ranks
+            m.set_force_sum_reduction_for_comms(True)      # as ReduceOp.SUM (no PREMUL_SUM on gloo)
+    model.prover_call = types.MethodType(_call, model)     # a plain attribute, not a submodule
+    register_fsdp_forward_method(model, "prover_call")
+    return model
+
+
+def root_call(model, fn, *args):
+    """fn(*args), inside the sharded root's gather hooks when `model` is sharded (else directly).
+    Every rank must make the same calls (each is a collective)."""
+    return model.prover_call(fn, *args) if is_sharded(model) else fn(*args)
+
+
+def _full(t, cache: dict | None = None):
+    """The whole tensor of a (possibly sharded) DTensor parameter: an all-gather, so every rank
+    must ask for the same tensors in the same order. `cache` (by id) gathers a tied weight once."""
+    from torch.distributed.tensor import DTensor
+    if not isinstance(t, DTensor):
+        return t
+    if cache is None:
+        return t.full_tensor()
+    if id(t) not in cache:
+        cache[id(t)] = t.full_tensor()
+    return cache[id(t)]
+
+
+def copy_full_weights(sharded, full) -> None:
+    """Copy the sharded model's current weights into `full`, an unsharded copy of the same
+    architecture, in place (the sampler's copy: see build.FullCopySampler). Parameter by parameter,
+    so the transient extra memory is one gathered tensor. Every rank calls it (all-gathers).
+
+    Why a full copy for sampling and not `unshard()` around generation: rollouts, continuations
+    and the judge make a rank-dependent number of forward passes (episodes end at different turns
+    on different ranks), and any forward of a sharded model is a collective, so ranks would wait
+    on each other forever. The copy costs 4 bytes × N per rank and one all-gather of the weights
+    per update; the sampler itself runs unchanged (`policy.Qwen3Runner` included). Buffers (RoPE's
+    inverse frequencies) are not sharded and never change: they are not copied."""
+    import torch
+    dst = dict(full.named_parameters())
+    with torch.no_grad():
+        for name, p in sharded.named_parameters():   # same names: fully_shard keeps the module tree
+            dst[name].copy_(_full(p))
+
+
+def full_state_dict(model) -> dict:
+    """{name: whole tensor} of a sharded model on every rank (plain models: their state_dict).
+    Every rank calls it. Used to push weights into each rank's own vLLM engine."""
+    cache: dict = {}
+    return {k: _full(v, cache) for k, v in model.state_dict().items()}
 
 
 # ---------------------------------------------------------------------------------------------

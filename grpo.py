@@ -155,7 +155,14 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Ten
     The LM head and softmax run only on masked (action) positions — a small fraction of all
     positions (actions are short next to their prompts), and the head over the vocabulary is the
     most expensive layer of a tiny model.
-    The temperature matches the one used for sampling so ρ compares the same distributions."""
+    The temperature matches the one used for sampling so ρ compares the same distributions.
+    A model sharded by `--fsdp` gets this computation run inside its root's call (dist.root_call):
+    FSDP2 gathers weights in hooks around module calls, and this reads the body and the head
+    directly instead of calling the model (every rank must then call it alike: a collective)."""
+    return dist.root_call(model, _token_logprobs, model, ids, attn, mask, temperature)
+
+
+def _token_logprobs(model, ids, attn, mask, temperature):
     lm = model.get_base_model() if hasattr(model, "get_base_model") else model        # PEFT/LoRA
     h = lm.base_model(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]   # (B, T-1, H)
     sel = mask.bool()                                                                  # (B, T-1)
@@ -267,7 +274,13 @@ def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=Non
     over ranks first, each rank's loss is its token-sum / the *global* count, and gradients are
     summed over ranks — so every rank takes exactly the step a single process would take on the
     union of the rows, and the weights stay identical without a DDP wrapper. Every rank calls
-    this the same number of times (one per mini-batch), also with no rows of its own."""
+    this the same number of times (one per mini-batch), also with no rows of its own.
+
+    Sharded (`--fsdp`, dist.shard): FSDP reduce-scatters the gradients itself in each backward,
+    summed over ranks (divide factor 1), so the all-reduce below is skipped; and since each
+    forward/backward is then a collective, every rank runs as many micro-batches as the rank with
+    the most, padding with zero-weight passes on a one-token dummy row."""
+    sharded = dist.is_sharded(model)
     dev = next(model.parameters()).device
     kept = rows if cfg.kl_coef != 0 else [r for r in rows if r.adv != 0.0]      # deviation 3
     # counts summed over ranks in one call: the loss denominator is the weighted count of every
@@ -284,12 +297,19 @@ def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=Non
     model.train()
     opt.zero_grad(set_to_none=True)
     agg = torch.zeros(4, device=dev)                                 # loss, clipfrac, kl, ratio sums
-    i = 0
+    spans, i = [], 0                                                 # micro-batches: rows[i:j]
     while i < len(rows):
         j = i + 1
         while j < len(rows) and (j + 1 - i) * (len(rows[j].prompt_ids) + len(rows[j].action_ids)) <= cfg.micro_tokens:
             j += 1
-        ids, attn, mask, old, adv = (t.to(dev) for t in collate(rows[i:j], pad_id))
+        spans.append((i, j))
+        i = j
+    if sharded:   # lockstep: pad to the most micro-batches of any rank (None = a zero-weight pass)
+        most = int(dist.all_reduce(torch.tensor([float(len(spans))], device=dev), op="max")[0].item())
+        spans += [None] * (most - len(spans))
+    for span in spans:
+        batch = rows[span[0]:span[1]] if span else [Row([pad_id], [pad_id], [0.0], 0.0)]
+        ids, attn, mask, old, adv = (t.to(dev) for t in collate(batch, pad_id))
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16):
             logp = token_logprobs(model, ids, attn, mask, cfg.temperature)
             ref = None
@@ -297,12 +317,22 @@ def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=Non
                 with torch.no_grad():
                     ref = token_logprobs(ref_model, ids, attn, mask, cfg.temperature)
         loss, st = ppo_clip_loss(logp, old, adv, mask, cfg.clip_low, cfg.clip_high, ref, cfg.kl_coef, denom=n_tok)
+        if span is None:
+            loss = loss * 0.0         # the dummy: FSDP's gathers and reduce-scatters run, gradients +0
         loss.backward()
-        agg += torch.tensor([loss.item(), st["clipfrac"], st["kl"], st["ratio"]], device=dev)
-        i = j
-    params = dist.all_reduce_grads(model)
+        if span is not None:
+            agg += torch.tensor([loss.item(), st["clipfrac"], st["kl"], st["ratio"]], device=dev)
+    if sharded:       # reduced by FSDP already (summed); grads are DTensor shards of each parameter
+        params = [p for p in model.parameters() if p.requires_grad]
+    else:
+        params = dist.all_reduce_grads(model)
     dist.all_reduce(agg)
+    # On DTensor shards clip_grad_norm_ computes the norm of the WHOLE gradient (the per-shard
+    # norms are reduced over the mesh: a replicated DTensor comes back) and scales every shard by
+    # the same factor; tests/test_fsdp.py checks it against the single-process norm.
     gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+    if hasattr(gn, "full_tensor"):
+        gn = gn.full_tensor()
     total = agg[0].item()
     skipped = not (math.isfinite(total) and math.isfinite(float(gn)))
     if skipped:

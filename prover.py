@@ -15,7 +15,10 @@ tokens get +0.25 on top of their GRPO advantage.
 
 Everything spent is counted: judge tokens under `tokens/judge`, continuations under
 `tokens/verify` / `env_steps/verify`. Each proposal — applied or not, or dropped with its reason —
-is written to `segments.md` in the run directory so a reader can see which decisions got credit.
+is written to `segments.md` in the run directory so a reader can see which decisions got credit,
+and kept as a dict in `run.records` (one per judged group: the proposal, tool calls, Δ̂ ± SE and
+the continuations' outcomes), which train.py turns into the update's line of records.jsonl
+(records.py) and report.html shows (report.py).
 """
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ def credit(groups, adv, run) -> dict:
             st["dropped"] += 1
             st[f"dropped/{getattr(jr, 'reason_key', None) or jr.reason}"] += 1
             report.append(segment_report(run.step, group, sid, jr, None, False))
+            _record(run, g, group, sid, jr, None, False)
             continue
         st["repaired" if jr.status == "repaired" else "valid"] += 1
         p = jr.proposal
@@ -73,6 +77,7 @@ def credit(groups, adv, run) -> dict:
             for t in range(p.start_turn, p.end_turn + 1):
                 adv[g][sid][t] += cfg.lam * v.delta
         report.append(segment_report(run.step, group, sid, jr, v, applied))
+        _record(run, g, group, sid, jr, v, applied)
     if report:
         rundir.append_segments(run.out, SEGMENTS_HEADER, [r + "\n" for r in report])
     n_valid = st["valid"] + st["repaired"]
@@ -85,6 +90,24 @@ def credit(groups, adv, run) -> dict:
         out["prover/accept_rate"] = sum(d > 0 for d in deltas) / len(deltas)
         out["prover/seg_len_mean"] = st["seg_turns"] / n_valid
     return out
+
+
+def _record(run, g, group, sid, jr, v, applied) -> None:
+    """What the credit step saw and did for group g, for records.jsonl (records.judge_entry bounds
+    it): the judged success, the proposal or the drop reason, the judge's tool calls and repairs,
+    and, once verified, Δ̂ ± SE with the K pre / K post continuation outcomes."""
+    recs = getattr(run, "records", None)
+    if recs is None:                  # a caller's own Run without the list: nothing to record
+        return
+    r = {"g": g, "sid": sid, "traj": group[sid].traj_id if sid is not None else None, "status": jr.status,
+         "reason": jr.reason, "repairs": jr.repairs, "tool_calls": jr.tool_calls, "start": None, "end": None}
+    if jr.proposal is not None:
+        p = jr.proposal
+        r.update(start=p.start_turn, end=p.end_turn, failure_mode=p.failure_mode, rationale=p.rationale)
+    if v is not None:
+        r.update(delta=v.delta, se=v.se, sr_pre=v.sr_pre, sr_post=v.sr_post, k=v.k, pre=list(v.pre),
+                 post=list(v.post), applied=applied)
+    recs.append(r)
 
 
 def segment_report(step, group, sid, jr, v, applied) -> str:

@@ -5,8 +5,14 @@
     <out>/curves.png       success vs updates and vs generated tokens (redrawn after each evaluation
                            and at the end, not every update: see `plot_curves`)
     <out>/segments.md      ProVer / CriticSearch: what got credit and why (`append_segments`)
+    <out>/records.jsonl    one bounded JSON line per update: what the credit step saw and did
+                           (records.py; appended by `append_jsonl`, cut on --resume like metrics)
+    <out>/report.html      self-contained page: curves, config, per-update table, group view
+                           (report.py; rewritten by rename after each evaluation)
     <out>/errors.log       a traceback per credit-step error (the run goes on; see train.py)
-    <out>/checkpoint/      HF folder + trainer.pt (optimizer, RNG) + state.json (step, counters)
+    <out>/checkpoint/      HF folder + trainer.pt (optimizer, RNG) + state.json (step, counters);
+                           --fsdp: + dcp/ (the sharded weights and optimizer state, see
+                           `save_sharded`), and the HF folder is the full weights' export
     <out>/.lock            held while a run uses the directory; holds its pid (`lock_run`)
 
 Crash safety: the checkpoint is written to `checkpoint.tmp` and swapped in with renames, so a kill
@@ -112,24 +118,38 @@ def read_metrics(path: str, upto: int | None = None) -> list[dict]:
 
 
 def start_files(out: str, config: dict, start: int, segments_header: str | None) -> list[dict]:
-    """config.json, segments.md with its header (methods that write one), and metrics.jsonl cut at
-    `start` (a fresh run into an old directory starts over; a resumed one drops the rows past its
-    checkpoint). Returns the rows kept."""
+    """config.json, segments.md with its header (methods that write one), and metrics.jsonl and
+    records.jsonl cut at `start` (a fresh run into an old directory starts over; a resumed one
+    drops the lines past its checkpoint). Returns the metrics rows kept."""
     _write_atomic(os.path.join(out, "config.json"), json.dumps(config, indent=1))
     if segments_header is not None:
         append_segments(out, segments_header, [])
-    mpath = os.path.join(out, "metrics.jsonl")
-    rows = read_metrics(mpath, upto=start) if start > 0 else []
-    # by rename: truncating in place and rewriting would lose every kept row to a kill in between
-    # (a torn last line of the killed run is dropped here too: read_metrics skipped it)
-    _write_atomic(mpath, "".join(json.dumps(r) + "\n" for r in rows))
-    return rows
+    kept = {}
+    for name in ("metrics.jsonl", "records.jsonl"):
+        path = os.path.join(out, name)
+        kept[name] = read_metrics(path, upto=start) if start > 0 else []
+        # by rename: truncating in place and rewriting would lose every kept row to a kill in between
+        # (a torn last line of the killed run is dropped here too: read_metrics skipped it)
+        sep = (",", ":") if name == "records.jsonl" else None        # records are compact (records.dumps)
+        _write_atomic(path, "".join(json.dumps(r, separators=sep) + "\n" for r in kept[name]))
+    return kept["metrics.jsonl"]
 
 
 def append_row(out: str, row: dict) -> None:
     """One line, written in one call: a kill can only cut the last line (skipped on reading)."""
     with open(os.path.join(out, "metrics.jsonl"), "a") as f:
         f.write(json.dumps(row) + "\n")
+
+
+def append_jsonl(out: str, name: str, line: str) -> None:
+    """Append one JSON line (`line`, without its newline) to <out>/<name> with a single unbuffered
+    write, so a kill leaves at most a cut last line, which `read_metrics` skips and --resume
+    drops. (A plain buffered text file splits a line longer than its buffer into several writes.)"""
+    data = (line + "\n").encode()
+    with open(os.path.join(out, name), "ab", buffering=0) as f:
+        n = f.write(data)
+        while n < len(data):            # a short write (rare: a signal mid-call) goes on where it stopped
+            n += f.write(data[n:])
 
 
 def append_segments(out: str, header: str, entries: list[str]) -> None:
@@ -181,21 +201,105 @@ def plot_curves(out: str, rows: list[dict]) -> None:
 # ---------------------------------------------------------------------------------------------
 # Checkpoints (atomic)
 # ---------------------------------------------------------------------------------------------
+DCP_DIR = "dcp"        # the sharded part of a --fsdp checkpoint, inside checkpoint/
+
+
 def save_checkpoint(out: str, model, tok, opt, step: int, counter: Counter, rng_state: dict) -> None:
+    """Write `<out>/checkpoint` atomically. A plain model: rank 0 alone calls this. A sharded one
+    (--fsdp, dist.shard): EVERY rank calls it — each writes its shards, rank 0 the rest."""
     import torch
+    import dist
     final, tmp, old = (os.path.join(out, n) for n in ("checkpoint", "checkpoint.tmp", "checkpoint.old"))
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)                      # config + model.safetensors
-    tok.save_pretrained(tmp)
-    torch.save({"optimizer": opt.state_dict(), "rng": rng_state}, os.path.join(tmp, "trainer.pt"))
-    with open(os.path.join(tmp, "state.json"), "w") as f:
-        json.dump({"step": step, "counter": dict(counter)}, f)
-    # swap: a crash at any point leaves `checkpoint` or `checkpoint.old` complete
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.exists(final):
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
+    sharded = dist.is_sharded(model)
+    rank0 = dist.rank_world()[0] == 0
+    if rank0:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if sharded:
+        dist.barrier()                              # tmp is empty before any rank writes into it
+        save_sharded(tmp, model, opt)               # every rank: dcp/; rank 0: the HF export
+        trainer = {"optimizer": None, "sharded": DCP_DIR, "rng": rng_state}
+    else:
+        model.save_pretrained(tmp)                  # config + model.safetensors
+        trainer = {"optimizer": opt.state_dict(), "rng": rng_state}
+    if rank0:
+        tok.save_pretrained(tmp)
+        torch.save(trainer, os.path.join(tmp, "trainer.pt"))
+        with open(os.path.join(tmp, "state.json"), "w") as f:
+            json.dump({"step": step, "counter": dict(counter)}, f)
+        # swap: a crash at any point leaves `checkpoint` or `checkpoint.old` complete. Under FSDP
+        # every rank's shards are on disk by now: dcp.save returns only after rank 0 has collected
+        # every rank's write results and written the metadata (.metadata, last).
+        shutil.rmtree(old, ignore_errors=True)
+        if os.path.exists(final):
+            os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    if sharded:
+        dist.barrier()                              # no rank goes on (or saves again) before the swap
+
+
+def save_sharded(folder: str, model, opt) -> None:
+    """The sharded part of a --fsdp checkpoint, and the full-weights export (every rank calls it).
+
+    * `folder/dcp/`: torch.distributed.checkpoint (DCP) of {"model", "optim"}, each rank writing
+      only its own shards (no gather). Keys are parameter names and tensors carry their global
+      shapes, so `load_sharded` reshards on load: resume on any number of ranks, or unsharded.
+      On several nodes `out` must be on a filesystem every node sees.
+    * `folder/` itself: the full weights as an HF folder (config.json + model.safetensors), so
+      `checkpoint/` stays loadable by AutoModelForCausalLM elsewhere and by `load_checkpoint`.
+      Gathered parameter by parameter to rank 0's CPU (`cpu_offload`): the transient device memory
+      is one parameter; rank 0's host memory holds the whole model (4 bytes × N) while it writes."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+    import dist
+    msd, osd = get_state_dict(model, opt)              # sharded (DTensor) state, keyed by name
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(folder, DCP_DIR))
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.rank_world()[0] == 0:                      # the other ranks got {} (cpu_offload)
+        # a tied weight (Qwen3's LM head = its embeddings) came back as separate CPU copies under
+        # each name; keep its first name only, as save_pretrained of a plain model writes it
+        seen, tied = set(), set()                     # parameter ids met so far; alias names
+        for k, v in model.state_dict(keep_vars=True).items():
+            if id(v) in seen:
+                tied.add(k)
+            seen.add(id(v))
+        model.save_pretrained(folder, state_dict={k: v for k, v in full.items() if k not in tied})
+
+
+def load_sharded(folder: str, model, opt) -> None:
+    """Load `folder/dcp` into `model` and `opt` in place: sharded or not, on any number of ranks
+    (DCP reads each rank's slices of the global tensors). The optimizer may be fresh: its state is
+    created first (torch's state_dict helpers), then overwritten."""
+    import torch.distributed as tdist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd}
+    import warnings
+    with warnings.catch_warnings():    # "assuming the intent is to load in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, checkpoint_id=os.path.join(folder, DCP_DIR), no_dist=not tdist.is_initialized())
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def restore_optimizer(model, opt, trainer_state: dict) -> None:
+    """After `load_checkpoint` and building the optimizer: its state from the checkpoint. A
+    --fsdp checkpoint restores the weights as well from its sharded part (the same fp32 values as
+    the HF export the model was built from: the sampler copy taken from it agrees bit for bit).
+    A plain checkpoint into a sharded model (turning --fsdp on at a resume): the plain optimizer
+    state, keyed by parameter position, is renamed by parameter name and scattered to the shards."""
+    import dist
+    if trainer_state.get("sharded"):
+        load_sharded(trainer_state["dir"], model, opt)
+    elif dist.is_sharded(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+        names = [n for n, p in model.named_parameters() if p.requires_grad]   # the optimizer's order
+        plain = trainer_state["optimizer"]
+        osd = {"state": {names[i]: v for i, v in plain["state"].items()},
+               "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in plain["param_groups"]]}
+        set_optimizer_state_dict(model, opt, osd, options=StateDictOptions(full_state_dict=True))
+    else:
+        opt.load_state_dict(trainer_state["optimizer"])
 
 
 def checkpoint_step(out: str) -> int | None:
@@ -233,6 +337,9 @@ def load_checkpoint(out: str, base_model: str = ""):
         else:
             model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
         tr = torch.load(os.path.join(d, "trainer.pt"), weights_only=False)
+        tr["dir"] = d                                   # where restore_optimizer finds dcp/
+        if tr.get("sharded") and not os.path.exists(os.path.join(d, DCP_DIR, ".metadata")):
+            raise FileNotFoundError(f"{DCP_DIR}/.metadata missing")
     except Exception as e:  # any unreadable part means the checkpoint is unusable
         raise ValueError(f"--resume: corrupt checkpoint {d}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
     return model, tok, tr, st["step"], Counter(st["counter"])

@@ -12,12 +12,14 @@ One iteration (numbered as in `train()` below and in DESIGN.md §3):
     3. method-specific credit on top (ProVer: judge → verify → +λ·Δ̂ on the segment's turns)
     4. one PPO-clip update on the action tokens, then sync the rollout engine
     5. evaluate every `eval_every` updates on a held-out split at low temperature
-    6. log a metrics row (metrics.jsonl), checkpoint atomically (every update for the tiny policy,
-       see --checkpoint-every); curves.png is redrawn after each evaluation and at the end
+    6. log the update's credit record (records.jsonl, records.py), a metrics row (metrics.jsonl,
+       and --log's TensorBoard / wandb), checkpoint atomically (every update for the tiny policy,
+       see --checkpoint-every); curves.png and report.html (report.py) are redrawn after each
+       evaluation and at the end
 
-Run directory (`--out`, see rundir.py): config.json, metrics.jsonl, curves.png, segments.md
-(ProVer, CriticSearch), errors.log, checkpoint/, .lock (one run at a time: a second run on a
-directory in use refuses). `--resume` continues from the checkpoint.
+Run directory (`--out`, see rundir.py): config.json, metrics.jsonl, records.jsonl, curves.png,
+report.html, segments.md (ProVer, CriticSearch), errors.log, checkpoint/, .lock (one run at a time:
+a second run on a directory in use refuses). `--resume` continues from the checkpoint.
 Process management (local workers, torchrun, signals) lives in dist.py; the tiny policy's warm
 start in warmstart.py.
 """
@@ -41,6 +43,8 @@ import dist  # noqa: E402
 import grpo  # noqa: E402
 import lab  # noqa: E402
 import prover  # noqa: E402
+import records  # noqa: E402
+import report  # noqa: E402
 import rundir  # noqa: E402
 from rollout import Agent, rollout_groups, spread_tasks  # noqa: E402
 
@@ -66,6 +70,7 @@ class Run:
     out: str
     step: int = 0
     proposals: list = field(default_factory=list)   # this update's judged segments (prover.py; lab.py reads them)
+    records: list = field(default_factory=list)     # ... and per judged group what ProVer saw and did (records.py)
 
     def envs(self, n: int) -> list:
         """At least n spare envs (grown on demand)."""
@@ -95,12 +100,13 @@ class Trainer:
     start: int
     wall0: float = 0.0                # run time before this process (--resume): time/wall_s accumulates
     probe: object = None              # lab.Probe in the credit lab (fixed pivot-room prompts), else None
+    loggers: object = None            # records.Loggers for --log (rank 0), else None
 
 
 def setup(cfg: Config, log) -> Trainer:
     import torch
     use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and bool(cfg.model) and torch.cuda.is_available())
-    rank, world = dist.init(use_cuda)
+    rank, world = dist.init(use_cuda, fsdp=cfg.fsdp)
     torch.set_num_threads(cfg.threads or ((os.cpu_count() or 1) // world if cfg.model else 1))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -121,10 +127,10 @@ def setup(cfg: Config, log) -> Trainer:
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
     ucfg = grpo.UpdateCfg(clip_low=cfg.clip, clip_high=cfg.clip, kl_coef=cfg.kl_coef, temperature=cfg.temperature,
                           micro_tokens=cfg.micro_tokens, bf16=cfg.bf16, minibatches=cfg.minibatches)
-    ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+    ref = build.reference_setup(cfg, model)      # frozen copy for the KL (None at --kl-coef 0; --fsdp: sharded too)
     py_rng = random.Random(cfg.seed)
     if trainer_state is not None:
-        opt.load_state_dict(trainer_state["optimizer"])
+        rundir.restore_optimizer(model, opt, trainer_state)   # --fsdp: sharded state, any number of ranks
         py_rng.setstate(trainer_state["rng"]["py"])
         torch.set_rng_state(trainer_state["rng"]["torch"])
     rows = []
@@ -186,7 +192,7 @@ def credit(tr: Trainer, groups: list, adv: list, step: int, log) -> dict:
     group: the batch is retried group by group and a failing group keeps its GRPO advantages; the
     traceback goes to errors.log and the console says so (--strict re-raises instead)."""
     fn, run = METHODS[tr.cfg.method], tr.run
-    run.step, run.proposals = step, []
+    run.step, run.proposals, run.records = step, [], []
     saved = copy.deepcopy(adv)
     try:
         return fn(groups, adv, run) or {}
@@ -196,16 +202,23 @@ def credit(tr: Trainer, groups: list, adv: list, step: int, log) -> dict:
         rundir.log_error(run.out, step, f"credit ({tr.cfg.method}), whole batch", e)
         log(f"step {step}: credit failed ({type(e).__name__}: {str(e)[:120]}); retrying group by group (errors.log)")
     adv[:] = saved
+    run.proposals, run.records = [], []        # the failed attempt's entries are void
     n_groups, parts, errors = len(groups), [], 0
     for g in range(n_groups):
         sub_groups, sub_adv = [groups[g]], [adv[g]]
+        n_p, n_r = len(run.proposals), len(run.records)
         try:
             parts.append(fn(sub_groups, sub_adv, run) or {})
         except Exception as e:
             errors += 1
             adv[g] = saved[g]
+            del run.proposals[n_p:], run.records[n_r:]      # this group kept GRPO: nothing was credited
             rundir.log_error(run.out, step, f"credit ({tr.cfg.method}), group {g}", e)
             continue
+        # the method saw a one-group batch: its entries say group 0, which is group g of the batch
+        run.proposals[n_p:] = [(g, *p[1:]) for p in run.proposals[n_p:]]
+        for r in run.records[n_r:]:
+            r["g"] = g
         adv[g] = sub_adv[0]
         groups.extend(sub_groups[1:])          # rows a method added (grpo-matched)
         adv.extend(sub_adv[1:])
@@ -292,15 +305,40 @@ def merge_method_stats(parts: list[dict]) -> dict:
 _T_START = float(os.environ.get("PROVER_T0", time.time()))
 
 
+def update_record(tr: Trainer, step: int, groups: list, adv_grpo: list, adv: list, row: dict | None) -> dict | None:
+    """6. The update's credit record (records.py): each rank offers its best MAX_GROUPS groups, rank
+    0 keeps the best of all and returns the record (None elsewhere). Every rank must call it."""
+    cfg = tr.cfg
+    local = records.group_entries(groups, adv_grpo, adv, tr.run.records, cfg.min_success, cfg.max_success)
+    parts = dist.gather(local, tr.world)
+    return records.make_record(step, cfg.method, parts, row) if tr.rank == 0 else None
+
+
+def write_report(tr: Trainer, log) -> None:
+    """report.html (report.py). A failure is logged to errors.log and the run goes on (--strict
+    re-raises): the page is a view, never a reason to lose a run."""
+    try:
+        report.write(tr.cfg.out)
+    except Exception as e:
+        if tr.cfg.strict:
+            raise
+        rundir.log_error(tr.cfg.out, tr.rows[-1]["step"] if tr.rows else 0, "report.html", e)
+        log(f"report.html failed ({type(e).__name__}: {str(e)[:120]}); see errors.log")
+
+
 def log_row(tr: Trainer, row: dict, log, bar) -> None:
     row["time/wall_s"] = round(tr.wall0 + time.time() - _T_START, 1)
     row.setdefault("tokens/eval", 0)
     tr.rows.append(row)
     rundir.append_row(tr.cfg.out, row)
-    # curves.png after each evaluation (the end's redraw is train()'s): a bounded cost, ~0.3 s per
-    # evaluation, which itself takes far longer; every update would add ~30% to a tiny-policy run
+    if tr.loggers is not None:                 # --log: TensorBoard / wandb get the same keys
+        tr.loggers.log(row)
+    # curves.png and report.html after each evaluation (the end's redraw is train()'s): a bounded
+    # cost, ~0.3 s + ~0.1 s per evaluation, which itself takes far longer; every update would add
+    # ~30% to a tiny-policy run
     if "eval/success" in row and row["step"] < tr.cfg.iters:
         rundir.plot_curves(tr.cfg.out, tr.rows)
+        write_report(tr, log)
     if row["step"] == 0:
         log(f"step 0 | eval {row['eval/success']:.3f} (warm start)")
         return
@@ -333,6 +371,8 @@ def train(cfg: Config) -> str:
     log = tqdm.write if rank0 else (lambda *a, **k: None)
     tr = setup(cfg, log)
     agent = tr.run.agent
+    if rank0 and cfg.log:
+        tr.loggers = records.Loggers(cfg.log, cfg.out, asdict(cfg), tr.start)
     log(f"run: {cfg.out} | env {cfg.env} | method {cfg.method} | G={cfg.group_size} x {cfg.tasks_per_iter} tasks"
         f"{f' over {tr.world} ranks' if tr.world > 1 else ''} | {cfg.iters} updates | eval on {tr.eval_split} every {cfg.eval_every}"
         f" | sampler {getattr(agent.gen, 'runner_name', cfg.rollout)}"
@@ -358,16 +398,23 @@ def train(cfg: Config) -> str:
             counts = Counter({k: agent.counter[k] - before[k] for k in agent.counter})
             row = metrics_row(tr, step, groups, counts, cstats, ustats, lab_stats,         # 6. metrics
                               {"time/iter_s": time.time() - t0, "time/credit_s": t_credit})
+            rec = update_record(tr, step, groups, adv_grpo, adv, row)                      # 6. credit record
             if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.iters):
                 m = evaluate(tr)                                                           # 5. held-out eval
                 if row is not None:
                     row.update(m)
+            save = step % checkpoint_interval(cfg) == 0 or step == cfg.iters
             if row is None:                                   # ranks > 0: rank 0 logs and checkpoints
+                if save and dist.is_sharded(tr.model):        # --fsdp: every rank writes its own shards
+                    rundir.save_checkpoint(cfg.out, tr.model, tr.tok, tr.opt, step, agent.counter, build.rng_state(tr.py_rng))
                 continue
+            # record, row, checkpoint in this order: a kill leaves lines past the checkpoint at
+            # worst, which --resume drops and re-does (rundir.start_files)
+            rundir.append_jsonl(cfg.out, "records.jsonl", records.dumps(rec))
             log_row(tr, row, log, bar)                                                     # 6. log, plot, save
             # the row first, then its checkpoint: a kill in between leaves a row past the
             # checkpoint, which --resume drops and re-does (rundir.start_files)
-            if step % checkpoint_interval(cfg) == 0 or step == cfg.iters:
+            if save:
                 rundir.save_checkpoint(cfg.out, tr.model, tr.tok, tr.opt, step, agent.counter, build.rng_state(tr.py_rng))
     except KeyboardInterrupt:
         bar.close()
@@ -380,6 +427,9 @@ def train(cfg: Config) -> str:
     bar.close()
     if rank0 and tr.rows:
         rundir.plot_curves(cfg.out, tr.rows)
+        write_report(tr, log)
+    if tr.loggers is not None:
+        tr.loggers.close()
     dist.barrier()
     return cfg.out
 

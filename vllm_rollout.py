@@ -62,6 +62,11 @@ The sync, line by line (`sync(model)`):
   5. `reset_prefix_cache()`: prefix caching is on by default, and cached KV blocks were computed by
      the old weights; without the reset a repeated prompt reuses stale KV (mismatch ~0.2 nats).
   Harmless log lines during a sync: "RotaryEmbedding: Failed to load weights" (it has none).
+  Sharded policy (`--fsdp`): its state_dict holds DTensor shards; step 1 then gathers each
+  tensor whole (dist.full_state_dict) before 2-5. Every rank gathers, not only rank 0, because
+  every rank rolls out with its own colocated engine, and each needs the whole weights; the
+  gathered dict (4 bytes × N on the device, transient) is freed after the reload. Untested here:
+  no vLLM build with a process group was available (tests/test_vllm.py covers the unsharded sync).
 
 Other traps found on CPU:
   - `gpu_memory_utilization` is, on the CPU backend, the fraction of *system RAM* vLLM reserves.
@@ -188,9 +193,15 @@ class VLLMGenerator:
     @torch.no_grad()
     def sync(self, model: torch.nn.Module) -> None:
         """Push the HF policy's current weights into the engine, in place (docstring steps 1-5)."""
-        sd = model.state_dict()                                             # 1. full dict
+        try:
+            import dist
+            sharded = dist.is_sharded(model)
+        except ImportError:                    # used outside this repository: no FSDP
+            sharded = False
+        sd = dist.full_state_dict(model) if sharded else model.state_dict()   # 1. full dict (--fsdp: gathered)
         if "lm_head.weight" not in sd and model.get_output_embeddings() is not None:
-            sd["lm_head.weight"] = model.get_output_embeddings().weight     # 2. tied-head trap
+            head = model.get_output_embeddings().weight                     # 2. tied-head trap
+            sd["lm_head.weight"] = head.full_tensor() if sharded and hasattr(head, "full_tensor") else head
         weights = [(_hf_name(k), v.detach().to(self.device)) for k, v in sd.items()]  # 3.
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})  # 4.
         self.llm.reset_prefix_cache()                                       # 5. stale KV

@@ -411,3 +411,22 @@ def test_gpu_step_bench_runs_our_update_on_cpu(tmp_path):
     import policy
     model, tok = policy.load_hf(str(tmp_path / "m"))
     assert model.config.vocab_size == len(tok) and model.config.num_hidden_layers == 2
+
+
+def test_keydoor_from_the_command_line(tmp_path, cache):
+    """The credit lab as a user runs it: --env-opt reaches the env, --max-steps works with it,
+    lab/* metrics are logged; a bad --env-opt is one line, exit 2, before anything is built."""
+    out = tmp_path / "kd"
+    r = run(["--env", "keydoor", "--env-opt", "rooms=3", "--env-opt", "p_key=0.9", "--max-steps", "12",
+             "--iters", "1", "--eval-every", "1", "--workers", "1", "--bc-episodes", "20", "--bc-steps", "30",
+             "--group-size", "4", "--tasks-per-iter", "2", "--eval-episodes", "4", "--strict", "--out", str(out)], cache)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cfg = json.load(open(out / "config.json"))
+    assert cfg["env_kwargs"] == {"rooms": 3, "p_key": 0.9, "max_steps": 12}
+    row = metrics(out)[-1]
+    assert 0.0 < row["lab/q_key"] < 1.0 and row["train/episode_len"] <= 12
+    for bad, word in ((["rooms=abc"], "rooms"), (["p_key=1.5"], "p_key"), (["doors=2"], "doors"), (["pivot=5", "rooms=4"], "pivot")):
+        t0 = time.time()
+        r = run(["--env", "keydoor", *[a for b in bad for a in ("--env-opt", b)], "--out", str(tmp_path / "bad")], cache, timeout=60)
+        assert r.returncode == 2 and word in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert time.time() - t0 < 30
