@@ -144,7 +144,7 @@ def generator_setup(cfg, model, tok, model_dir: str):
 
 
 def judge_setup(cfg, model, tok):
-    if cfg.method not in ("prover", "criticsearch"):
+    if cfg.method not in ("prover", "prover-plus", "criticsearch"):
         return None
     kw: dict = {}
     if cfg.judge == "random":

@@ -29,7 +29,7 @@ class Config:
     env: str = "alfworld"
     """benchmark: alfworld | webshop | searchqa | keydoor (the credit lab: known pivotal decisions)"""
     method: str = "prover"
-    """credit assignment: prover | grpo | grpo-matched | gigpo | spo-chain | spo-tree | criticsearch"""
+    """credit assignment: prover | prover-plus (ProVer with --credit-scope matched --credit-test shrink --verify-crn --focus 0.5, which override those four flags; provisional until measured in the credit lab) | grpo | grpo-matched | gigpo | spo-chain | spo-tree | criticsearch"""
     judge: str = "builtin"
     """ProVer/CriticSearch judge backend: builtin | random | hf | openai"""
     model: str = ""
@@ -116,6 +116,22 @@ class Config:
     """λ: credit added is λ·Δ̂"""
     margin: float = 0.0
     """credit only if Δ̂ > margin (0 = the paper's Δ̂ > 0)"""
+    credit_test: str = "positive"
+    """when a verified segment gets credit, and how much: positive (the paper: Δ̂ > margin, bonus λ·Δ̂) | se (also Δ̂ > z·SE, bonus λ·Δ̂) | shrink (also Δ̂ > z·SE, bonus λ·max(Δ̂ − z·SE, 0)); z = --credit-z"""
+    credit_z: float = 1.0
+    """z of --credit-test se / shrink and of --verify-k-max's stopping rule |Δ̂| ≥ z·SE"""
+    credit_scope: str = "segment"
+    """who gets the bonus: segment (the paper: the judged success's turns ℓ..r) | matched (also every rollout of the group that took the segment's actions from the same prompt-visible states: observation, admissible list and the prompt's last --history-len steps)"""
+    verify_crn: bool = False
+    """common random numbers in verification: continuation k from s_pre and from s_post share sampling seeds and env randomness; Δ̂ = mean of the paired differences, with the paired SE"""
+    verify_k_max: int = 0
+    """adaptive K: continuations in rounds of --verify-k per side until |Δ̂| ≥ z·SE or this many per side (0 = off: one round, the paper's)"""
+    negative_credit: bool = False
+    """also verify the failures' different actions at the segment's start state (same prompt view) against the shared V̂(s_pre); one verifiably worse (the --credit-test on V̂(s_pre) − V̂(s_after)) gets λ·(V̂(s_after) − V̂(s_pre)) < 0 on its turns"""
+    focus: float = 1.0
+    """β: the credited success's turns outside the segment keep β × their GRPO advantage (1 = the paper: unchanged)"""
+    judge_success: str = "shortest"
+    """which success the judge examines: shortest (the paper) | judge (it sees every success's preview and names one; an invalid choice falls back to the shortest)"""
     # --- baselines (baselines.py)
     matched_extra: float = 0.4
     """grpo-matched: extra rollout tokens per update as a share of the rollout tokens (0.4 = 40% more; default: about ProVer's overhead, see baselines.py)"""
@@ -195,7 +211,10 @@ class Config:
 
 CHOICES = {
     "env": ["alfworld", "webshop", "searchqa", "keydoor"],
-    "method": ["prover", "grpo", "grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch"],
+    "method": ["prover", "prover-plus", "grpo", "grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch"],
+    "credit_test": ["positive", "se", "shrink"],
+    "credit_scope": ["segment", "matched"],
+    "judge_success": ["shortest", "judge"],
     "judge": ["builtin", "random", "hf", "openai"],
     "rollout": ["hf", "vllm"],
     "loss_agg": ["token-mean", "traj-mean"],
@@ -286,6 +305,8 @@ RULES = [
     ("bc_epsilon", lambda v: 0.0 <= v <= 1.0, "a probability, must be in [0, 1]"),
     ("bc_slip", lambda v: 0.0 <= v <= 1.0, "a probability, must be in [0, 1]"),
     ("threads", lambda v: v >= 0, ">= 0 (0 = auto)"), ("judge_timeout", lambda v: v > 0, "> 0"),
+    ("credit_z", lambda v: v >= 0, ">= 0 (SEs below Δ̂)"), ("verify_k_max", lambda v: v >= 0, ">= 0 (0 = off)"),
+    ("focus", lambda v: 0.0 <= v <= 1.0, "β, must be in [0, 1] (1 = the paper)"),
 ]
 
 
@@ -295,6 +316,8 @@ def validate(cfg: Config) -> dict:
     for name, ok, rule in RULES:
         if not ok(getattr(cfg, name)):
             raise ValueError(f"--{name.replace('_', '-')} {getattr(cfg, name)}: {rule}")
+    if cfg.verify_k_max and cfg.verify_k_max < cfg.verify_k:
+        raise ValueError(f"--verify-k-max {cfg.verify_k_max}: must be 0 (off) or >= --verify-k {cfg.verify_k} (one round)")
     if cfg.max_success < cfg.min_success:
         raise ValueError(f"--max-success {cfg.max_success}: must be >= --min-success {cfg.min_success}")
     if cfg.model and os.path.isfile(os.path.expanduser(cfg.model)):
@@ -308,7 +331,7 @@ def validate(cfg: Config) -> dict:
         # a frozen base under peft's wrapper would need its own checkpoint format for adapters
         raise ValueError(f"--fsdp with --lora-r {cfg.lora_r}: not supported; LoRA's trainable state is small, "
                          "use plain data parallel (torchrun or --workers, without --fsdp) with --lora-r")
-    if cfg.fsdp and cfg.method in ("prover", "criticsearch") and cfg.judge == "hf" and not cfg.judge_model \
+    if cfg.fsdp and cfg.method in ("prover", "prover-plus", "criticsearch") and cfg.judge == "hf" and not cfg.judge_model \
             and cfg.rollout != "hf":
         # the policy-as-judge generates with the unsharded copy, which only --rollout hf keeps
         raise ValueError("--fsdp with --judge hf (the policy as judge) needs --rollout hf, or a separate --judge-model")

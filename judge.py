@@ -8,7 +8,7 @@ picks the shortest successful trajectory (`success_id`, see `shortest_success`).
   * that successful trajectory in full (every turn's observation and action, error-producing
     turns and the final turn marked),
   * compact previews of the failed trajectories (length, first/last actions, final observation),
-  * two tools over the group (OpenAI function-calling schemas in `TOOLS`):
+  * two tools over the group (tools.py; OpenAI function-calling schemas in `TOOLS`):
       search_trajectory(query, top_k[, field]) — rapidfuzz search over the FAILED trajectories'
           turns (observation + action text) -> [{traj_id, turn, score, action, snippet}]
       get_segment(traj_id, start_turn, end_turn) — those turns verbatim (any trajectory),
@@ -65,6 +65,24 @@ estimate; builtin reports the whitespace estimate of what an LLM judge doing the
 read (system prompt + tool results) and write (tool arguments + final JSON); random reports 0.
 Every call re-sends the whole conversation, so prompt tokens are summed over calls (as billed).
 
+Choosing the success (`--judge-success judge`; `propose(group, success_id, choose_success=True)`,
+issue #22). The paper's judge examines the shortest success. When asked to choose, the judge sees
+every success of the group (short previews; `success_id` is the default, still shown in full)
+and names the one it examines; `JudgeResult.success_id` says which. The choice is validated like
+the rest of the answer: it must be the index of a successful trajectory with at least two turns.
+  agent    an optional "success_id" field of the JSON answer (OUTPUT_SCHEMA; omitted = the default).
+           An invalid one gets a repair turn ("success_choice: ..."); when the repairs are spent on
+           it, the proposal's turns are checked against the default success instead and, if they
+           pass, accepted with `JudgeResult.success_note` = that reason (key "success_choice").
+  builtin  the success with the most distinctive action: for every success, the divergence score
+           of its best valid non-terminal turn (the share of failed runs that never take that
+           action, the same score the proposal uses); the highest wins, ties go to the default
+           (the shortest), then to the shorter, then the lower index — so it leaves the paper's
+           choice only when another success holds an action strictly more absent from the failures. Its searches are tool calls like the
+           proposal's (and count in tokens/judge).
+  random   uniform over the successes that have a valid segment.
+Without `choose_success` every backend behaves (and prompts) exactly as before.
+
 Our reconstruction (no official code exists): the prompt wording, the preview format, the
 search scorer (rapidfuzz WRatio, with one best hit per failed trajectory first so a single looping
 run cannot fill the results), the optional `field` argument of search_trajectory, all size caps
@@ -76,12 +94,9 @@ Run the tests: `python -m pytest -q tests/test_judge.py tests/test_fuzz.py`.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
-
-from rapidfuzz import fuzz, process, utils
 
 from chat import (ChatFn, ChatReply, HFChat, OpenAIChat, estimate_tokens,  # noqa: F401  (re-
                   json_values, loads, parse_text_tool_calls, rejects_note,  # exported: callers
@@ -89,6 +104,8 @@ from chat import (ChatFn, ChatReply, HFChat, OpenAIChat, estimate_tokens,  # noq
 from critic import (MAX_SECONDS, AgentCritic, BuiltinCritic, CritiqueResult, RandomCritic, cut,
                     same_action, turn_error)
 from rollout import Trajectory, shortest_success  # noqa: F401  (re-exported)
+from tools import (ARGS_CHARS, FIELD_CHARS, QUERY_CHARS, RESULT_CHARS, SNIPPET_CHARS, SPAN_CAP,  # noqa: F401
+                   TOOLS, TOP_K_CAP, GroupTools, _as_int)                                   # (re-exported)
 
 # ---------------------------------------------------------------------------------------------
 # Limits (paper defaults where the paper gives one, our bounds elsewhere)
@@ -97,13 +114,7 @@ MAX_SEGMENT_TURNS = 4         # paper: at most four action turns
 MAX_REPAIRS = 3               # paper: up to three repair turns
 MAX_TOOL_ROUNDS = 8           # ours: assistant replies carrying tool calls
 MAX_CALLS_PER_ROUND = 8       # ours: tool calls run per reply (the rest are not run)
-TOP_K_CAP = 10                # ours: search hits per call
-SPAN_CAP = 8                  # ours: turns per get_segment call
-QUERY_CHARS = 500             # ours: longest search query accepted
-ARGS_CHARS = 2000             # ours: longest raw tool-argument string accepted
-FIELD_CHARS = 1200            # ours: per-field cap inside get_segment results
-RESULT_CHARS = 8000           # ours: any tool result is cut here
-SNIPPET_CHARS = 200           # ours: search snippet length
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,6 +142,8 @@ class JudgeResult:
     completion_tokens: int
     transcript: list[dict] = field(default_factory=list)
     tool_errors: int = 0              # tool calls answered with an error string
+    success_id: int | None = None     # choose_success: the success the judge examined (None: the given one)
+    success_note: str | None = None   # choose_success: why the judge's own choice was not used ("success_choice: ...")
 
     @property
     def reason_key(self) -> str | None:
@@ -141,7 +154,7 @@ class JudgeResult:
 class Judge(Protocol):
     name: str
 
-    def propose(self, group: list[Trajectory], success_id: int) -> JudgeResult: ...
+    def propose(self, group: list[Trajectory], success_id: int, choose_success: bool = False) -> JudgeResult: ...
 
     def critique(self, traj: Trajectory, gold: str | None = None,
                  group: list[Trajectory] | None = None) -> CritiqueResult: ...
@@ -168,33 +181,6 @@ def _check_group(group: list[Trajectory], success_id: int) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # The two tools
 # ---------------------------------------------------------------------------------------------
-TOOLS: list[dict] = [
-    {"type": "function", "function": {
-        "name": "search_trajectory",
-        "description": ("Fuzzy text search (rapidfuzz) over the turns of the FAILED trajectories "
-                        "of this group. Returns the best-matching turns as JSON: traj_id, turn, "
-                        "score (0-100), action and a snippet. Each failed trajectory's best match "
-                        "comes first."),
-        "parameters": {"type": "object", "properties": {
-            "query": {"type": "string", "maxLength": QUERY_CHARS,
-                      "description": "text to look for, e.g. an action or part of an observation"},
-            "top_k": {"type": "integer", "minimum": 1, "maximum": TOP_K_CAP, "default": 5},
-            "field": {"type": "string", "enum": ["all", "action", "obs"], "default": "all",
-                      "description": "match against observation+action, the action only, or "
-                                     "the observation only"}},
-            "required": ["query"]}}},
-    {"type": "function", "function": {
-        "name": "get_segment",
-        "description": (f"Return turns start_turn..end_turn (inclusive, at most {SPAN_CAP}) of "
-                        "any trajectory of this group verbatim: observation, raw output, action, "
-                        "env result, and whether the action was error-producing."),
-        "parameters": {"type": "object", "properties": {
-            "traj_id": {"type": "integer"},
-            "start_turn": {"type": "integer", "minimum": 0},
-            "end_turn": {"type": "integer", "minimum": 0}},
-            "required": ["traj_id", "start_turn", "end_turn"]}}},
-]
-
 OUTPUT_SCHEMA: dict = {
     "type": "object",
     "properties": {
@@ -202,144 +188,19 @@ OUTPUT_SCHEMA: dict = {
         "start_turn": {"type": "integer", "description": "first turn of the segment (inclusive)"},
         "end_turn": {"type": "integer", "description": "last turn of the segment (inclusive)"},
         "rationale": {"type": "string", "description": "why this segment avoids it"},
-        "traj_id": {"type": "integer", "description": "optional; must be the successful one"}},
+        "traj_id": {"type": "integer", "description": "optional; must be the successful one"},
+        "success_id": {"type": "integer", "description": "optional, read only when the judge is asked to choose "
+                                                         "the success: the successful trajectory the segment is from"}},
     "required": ["failure_mode", "start_turn", "end_turn"],     # the paper's output: mode + (ℓ, r)
 }
 
 
-def _as_int(v: Any) -> int | None:
-    """LLMs write 3, 3.0 or "3"; all mean turn 3. Bools are not turn numbers, and nothing past
-    18 digits is one either (a 5,000-digit string would make int() raise)."""
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, str) and re.fullmatch(r"\s*-?\d{1,18}\s*", v):
-        v = int(v)
-    return v if isinstance(v, int) and abs(v) < 10 ** 18 else None
-
-
-class GroupTools:
-    """search_trajectory / get_segment over one group. Trajectory ids the judge sees are
-    positions in `group` (equal to `Trajectory.traj_id` for groups built by rollout.py).
-    Every public method returns a string; bad arguments give an "error: ..." string."""
-
-    def __init__(self, group: list[Trajectory], success_id: int):
-        self.group, self.success_id = group, success_id
-        self.failed_ids = [i for i, tr in enumerate(group) if not tr.won]
-        self.docs = [(i, t) for i in self.failed_ids for t in group[i].turns]
-        self.calls, self.errors = 0, 0
-
-    def call(self, name: str, arguments: str | dict) -> str:
-        """Dispatch one tool call from the judge (raw JSON string or dict of arguments)."""
-        self.calls += 1
-        out = self._call(name, arguments)
-        if out.startswith("error:"):
-            self.errors += 1
-        return cut(out, RESULT_CHARS)
-
-    def _call(self, name: str, arguments: str | dict) -> str:
-        if name == "<unparseable>":     # a tool call whose JSON did not parse (chat.py)
-            return ('error: the tool call is not valid JSON of the form {"name": ..., '
-                    f'"arguments": {{...}}}}: {cut(str(arguments), 200)}')
-        if not isinstance(name, str) or name not in _TOOL_FNS:
-            return (f"error: unknown tool {cut(repr(name), 100)}; available tools: "
-                    f"{sorted(_TOOL_FNS)}")
-        if not isinstance(arguments, str):          # a dict from a Python caller: measure it
-            try:
-                arguments = json.dumps(arguments, default=str)
-            except (ValueError, TypeError, RecursionError):
-                return "error: arguments are not JSON-serialisable"
-        if len(arguments) > ARGS_CHARS:
-            return f"error: arguments too large ({len(arguments)} chars > {ARGS_CHARS})"
-        # bounded decode: 2,000 characters hold 1,000 nested brackets, which json.loads
-        # alone answers with RecursionError
-        arguments, why = loads(arguments) if arguments.strip() else ({}, None)
-        if why:
-            return f"error: arguments are not valid JSON ({why})"
-        if not isinstance(arguments, dict):
-            return "error: arguments must be a JSON object"
-        return _TOOL_FNS[name](self, arguments)
-
-    # -- search_trajectory ----------------------------------------------------------------
-    def search(self, query: Any, top_k: Any = 5, field: Any = "all") -> list[dict] | str:
-        """Structured search; returns hits or an error string."""
-        if not isinstance(query, str) or not query.strip():
-            return "error: query must be a non-empty string"
-        if len(query) > QUERY_CHARS:
-            return f"error: query too long ({len(query)} chars > {QUERY_CHARS})"
-        k = _as_int(top_k)
-        if k is None or k < 1:
-            return f"error: top_k must be a positive integer (got {top_k!r})"
-        k = min(k, TOP_K_CAP)
-        if field not in ("all", "action", "obs"):
-            return f"error: field must be 'all', 'action' or 'obs' (got {field!r})"
-        if not self.docs:
-            return []
-        pick = {"all": lambda t: f"{t.obs}\n> {t.action}", "action": lambda t: t.action,
-                "obs": lambda t: t.obs}[field]
-        scored = process.extract(query, [pick(t) for _, t in self.docs], scorer=fuzz.WRatio,
-                                 processor=utils.default_process, limit=None)
-        scored.sort(key=lambda r: (-r[1], r[2]))          # score desc, then document order
-        # one best hit per failed trajectory first, then the rest: a run that loops on the same
-        # action 30 times must not hide the other failures from the judge
-        first, rest, seen = [], [], set()
-        for _, score, j in scored:
-            i = self.docs[j][0]
-            (rest if i in seen else first).append((score, j))
-            seen.add(i)
-        hits = []
-        for score, j in (first + rest)[:k]:
-            i, t = self.docs[j]
-            snip = cut(f"obs: {t.obs} | action: {t.action}", SNIPPET_CHARS)
-            hits.append({"traj_id": i, "turn": t.t, "score": round(float(score), 1),
-                         "action": t.action, "snippet": snip})
-        return hits
-
-    def search_trajectory(self, query: Any, top_k: Any = 5, field: Any = "all") -> str:
-        hits = self.search(query, top_k, field)
-        return hits if isinstance(hits, str) else json.dumps({"hits": hits})
-
-    # -- get_segment ----------------------------------------------------------------------
-    def get_segment(self, traj_id: Any, start_turn: Any, end_turn: Any) -> str:
-        i, s, e = _as_int(traj_id), _as_int(start_turn), _as_int(end_turn)
-        if i is None or s is None or e is None:
-            return "error: traj_id, start_turn and end_turn must be integers"
-        if not 0 <= i < len(self.group):
-            return f"error: no trajectory {i}; valid ids are 0..{len(self.group) - 1}"
-        turns = self.group[i].turns
-        if not (0 <= s < len(turns) and 0 <= e < len(turns)):
-            return f"error: turns {s}..{e} out of range; trajectory {i} has turns 0..{len(turns) - 1}"
-        if s > e:
-            return f"error: start_turn {s} > end_turn {e}"
-        if e - s + 1 > SPAN_CAP:
-            return f"error: at most {SPAN_CAP} turns per call (asked for {e - s + 1})"
-        rows = [{"turn": t.t, "observation": cut(t.obs, FIELD_CHARS),
-                 "output": cut(t.text, FIELD_CHARS), "action": t.action,
-                 "result": cut(t.next_obs, FIELD_CHARS), "error": turn_error(t)}
-                for t in turns[s:e + 1]]
-        return json.dumps({"traj_id": i, "outcome": "success" if self.group[i].won else "failure",
-                           "num_turns": len(turns), "turns": rows})
-
-
-def _search_tool(tools: GroupTools, args: dict) -> str:
-    extra = set(args) - {"query", "top_k", "field"}
-    if extra:
-        return f"error: unexpected arguments {sorted(extra)} for search_trajectory"
-    return tools.search_trajectory(args.get("query"), args.get("top_k", 5), args.get("field", "all"))
-
-
-def _segment_tool(tools: GroupTools, args: dict) -> str:
-    missing = [k for k in ("traj_id", "start_turn", "end_turn") if k not in args]
-    if missing:
-        return f"error: get_segment needs {missing}"
-    return tools.get_segment(args["traj_id"], args["start_turn"], args["end_turn"])
-
-
-_TOOL_FNS: dict[str, Callable[[GroupTools, dict], str]] = {
-    "search_trajectory": lambda tools, args: _search_tool(tools, args),
-    "get_segment": lambda tools, args: _segment_tool(tools, args),
-}
+def _schema(choose: bool) -> dict:
+    """The schema the prompt shows: success_id only when the judge chooses (so the paper's prompt
+    is unchanged, token for token)."""
+    if choose:
+        return OUTPUT_SCHEMA
+    return {**OUTPUT_SCHEMA, "properties": {k: v for k, v in OUTPUT_SCHEMA["properties"].items() if k != "success_id"}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -411,10 +272,19 @@ def _failure_preview(tr: Trajectory, idx: int, head: int = 6, tail: int = 3) -> 
             f"{' → '.join(shown)}; final observation: {cut(final, 160)!r}")
 
 
-def build_system_prompt(group: list[Trajectory], success_id: int) -> str:
+def _success_preview(tr: Trajectory, idx: int, head: int = 6, tail: int = 3) -> str:
+    acts = [t.action for t in tr.turns]
+    shown = acts if len(acts) <= head + tail else acts[:head] + ["…"] + acts[-tail:]
+    n_err = sum(turn_error(t) is not None for t in tr.turns)
+    return f"- trajectory {idx} SUCCEEDED ({len(acts)} turns, {n_err} error-producing): {' → '.join(shown)}"
+
+
+def build_system_prompt(group: list[Trajectory], success_id: int, choose: bool = False) -> str:
+    """The judge's system prompt; `choose`: it also previews every success and may name the one
+    it examines (success_id) — `success_id` is then the default, shown in full."""
     task = group[success_id].task_text
     fails = [_failure_preview(tr, i) for i, tr in enumerate(group) if not tr.won]
-    return "\n\n".join([
+    parts = [
         "You are a credit-assignment judge for a reinforcement-learning agent. Below is one group "
         f"of attempts at the same task: {task}",
         "Your job: (1) diagnose ONE failure mode that recurs across the FAILED runs; (2) return "
@@ -422,12 +292,35 @@ def build_system_prompt(group: list[Trajectory], success_id: int) -> str:
         f"{MAX_SEGMENT_TURNS} consecutive action turns, ending BEFORE its final turn — whose "
         "actions solve or avoid that failure mode. Exclude malformed or error-producing actions "
         "(marked [ERROR]) even if recovering from them helped.",
-        _success_text(group[success_id], success_id),
+        _success_text(group[success_id], success_id)]
+    if choose:
+        wins = [_success_preview(tr, i) for i, tr in enumerate(group) if tr.won]
+        parts.append("You may examine another successful trajectory instead if its decisive actions "
+                     "contrast better with the failures: read it with get_segment and put its id in "
+                     f"\"success_id\" (omit it to examine trajectory {success_id}). Successful "
+                     "trajectories (previews):\n" + "\n".join(wins))
+    parts += [
         "Failed trajectories (previews; inspect them with the tools):\n" + "\n".join(fails),
         "Tools (OpenAI function schemas):\n" + json.dumps(TOOLS),
         "When done, reply with ONLY a JSON object matching this schema (traj_id is implied):\n"
-        + json.dumps(OUTPUT_SCHEMA),
-    ])
+        + json.dumps(_schema(choose)),
+    ]
+    return "\n\n".join(parts)
+
+
+def check_success_choice(obj: dict, group: list[Trajectory], default: int) -> tuple[int, str | None]:
+    """(the success the answer names — `default` when it names none —, None) or (default,
+    "success_choice: precise message for the repair turn")."""
+    raw = obj.get("success_id") if isinstance(obj, dict) else None
+    if raw is None:
+        return default, None
+    i = _as_int(raw)
+    ok = [j for j, tr in enumerate(group) if tr.won and len(tr.turns) >= 2]
+    if i is None or i not in ok:
+        return default, (f"success_choice: success_id {cut(repr(raw), 60)} is not a successful trajectory "
+                         f"with a non-terminal turn; choose one of {ok} (or omit success_id to examine "
+                         f"trajectory {default})")
+    return i, None
 
 
 USER_KICKOFF = ("Investigate the failures with the tools if useful, then answer with the JSON "
@@ -468,13 +361,13 @@ class AgentJudge(AgentCritic):
         super().__init__(chat, name, max_seconds)
         self.max_tool_rounds, self.max_repairs = max_tool_rounds, max_repairs
 
-    def propose(self, group: list[Trajectory], success_id: int) -> JudgeResult:
+    def propose(self, group: list[Trajectory], success_id: int, choose_success: bool = False) -> JudgeResult:
         bad = _check_group(group, success_id)
         if bad:
             return _dropped(bad)
         deadline = self._deadline()
         tools = GroupTools(group, success_id)
-        msgs = [{"role": "system", "content": build_system_prompt(group, success_id)},
+        msgs = [{"role": "system", "content": build_system_prompt(group, success_id, choose_success)},
                 {"role": "user", "content": USER_KICKOFF}]
         st = {"pt": 0, "ct": 0, "rounds": 0, "repairs": 0}
         while True:         # terminates: every pass uses a tool round or a repair, both capped
@@ -494,10 +387,21 @@ class AgentJudge(AgentCritic):
                 continue
             msgs.append({"role": "assistant", "content": reply.content})
             obj, err = find_proposal(reply.content)
-            prop, err = (None, err) if obj is None else validate_proposal(obj, group, success_id)
+            sid, choice_err = success_id, None
+            if obj is not None and choose_success:
+                sid, choice_err = check_success_choice(obj, group, success_id)
+            if choice_err:
+                prop, err = None, choice_err
+            else:
+                prop, err = (None, err) if obj is None else validate_proposal(obj, group, sid)
             if prop is not None:
-                return self._result(prop, None, st, tools, msgs)
+                return self._result(prop, None, st, tools, msgs, sid if choose_success else None)
             if st["repairs"] >= self.max_repairs:
+                if choice_err:       # the choice never became valid: fall back to the default success
+                    rest = {k: v for k, v in obj.items() if k not in ("success_id", "traj_id")}
+                    prop, err2 = validate_proposal(rest, group, success_id)
+                    return self._result(prop, None if prop else err2, st, tools, msgs, success_id,
+                                        choice_err if prop else None)
                 return self._result(None, err, st, tools, msgs)
             st["repairs"] += 1
             msgs.append({"role": "user", "content": _repair_message(err)})
@@ -519,11 +423,11 @@ class AgentJudge(AgentCritic):
                          "content": out})
 
     def _result(self, prop: Proposal | None, reason: str | None, st: dict, tools: GroupTools,
-                msgs: list[dict]) -> JudgeResult:
+                msgs: list[dict], sid: int | None = None, note: str | None = None) -> JudgeResult:
         helped = st["repairs"] > 0 or tools.errors > 0
         status = "dropped" if prop is None else ("repaired" if helped else "valid")
         return JudgeResult(prop, status, reason, st["repairs"], tools.calls, st["pt"], st["ct"],
-                           msgs, tools.errors)
+                           msgs, tools.errors, sid, note)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -535,19 +439,47 @@ class BuiltinJudge(BuiltinCritic):
     an LLM judge would. Its `critique` is BuiltinCritic's."""
     name = "builtin"
 
-    def propose(self, group: list[Trajectory], success_id: int) -> JudgeResult:
+    def propose(self, group: list[Trajectory], success_id: int, choose_success: bool = False) -> JudgeResult:
         bad = _check_group(group, success_id)
         if bad:
             return _dropped(bad)
         tools, log = GroupTools(group, success_id), []
-        succ = group[success_id]
         n_fail = len(tools.failed_ids)
         if n_fail == 0:
             return _dropped("no_failures: the group has no failed trajectory to contrast with")
+        seen: dict = {}                 # action -> divergence score (one search per distinct action)
+        default = success_id
+        if choose_success:              # the success with the most distinctive action (module docstring)
+            best = {i: self._best_turn(tools, log, group[i], seen, n_fail)[1]
+                    for i, tr in enumerate(group) if tr.won and len(tr.turns) >= 2}
+            success_id = max(best, key=lambda i: (best[i], i == default, -len(group[i].turns), -i))
+        succ = group[success_id]
         cands = [t.t for t in succ.turns[:-1] if turn_error(t) is None]
         if not cands:
             return _dropped("no_segment: every non-terminal turn of the success is error-producing")
-        score, seen = {}, {}
+        pivot, top = self._best_turn(tools, log, succ, seen, n_fail)
+        if top <= 0.0:
+            return _dropped("no_divergence: every action of the success also occurs in every "
+                            "failed run", tool_calls=tools.calls, transcript=log)
+        obj = self._proposal_json(tools, log, succ, pivot, top, n_fail, success_id)
+        prop, err = validate_proposal(obj, group, success_id)
+        assert prop is not None, err          # valid by construction; a bug if not
+        log.append({"role": "assistant", "content": json.dumps(obj)})
+        sys_prompt = build_system_prompt(group, default, choose_success)
+        pt = estimate_tokens(sys_prompt) + sum(estimate_tokens(m["content"]) for m in log
+                                               if m["role"] == "tool")
+        ct = sum(estimate_tokens(m["content"]) for m in log if m["role"] == "assistant")
+        return JudgeResult(prop, "valid", None, 0, tools.calls, pt, ct, log, tools.errors,
+                           success_id if choose_success else None)
+
+    def _best_turn(self, tools: GroupTools, log: list[dict], succ: Trajectory, seen: dict,
+                   n_fail: int) -> tuple[int | None, float]:
+        """(earliest valid non-terminal turn with the highest divergence score, that score); the
+        score of an action is the share of failed runs that never take it (cached in `seen`)."""
+        cands = [t.t for t in succ.turns[:-1] if turn_error(t) is None]
+        if not cands:
+            return None, -1.0
+        score = {}
         for t in cands:             # share of failed runs that never take this turn's action
             a = succ.turns[t].action
             if a not in seen:
@@ -555,18 +487,7 @@ class BuiltinJudge(BuiltinCritic):
                 seen[a] = 1.0 - len({h["traj_id"] for h in hits if same_action(a, h["action"])}) / n_fail
             score[t] = seen[a]
         pivot = max(cands, key=lambda t: (score[t], -t))    # most distinctive, earliest on ties
-        if score[pivot] <= 0.0:
-            return _dropped("no_divergence: every action of the success also occurs in every "
-                            "failed run", tool_calls=tools.calls, transcript=log)
-        obj = self._proposal_json(tools, log, succ, pivot, score[pivot], n_fail, success_id)
-        prop, err = validate_proposal(obj, group, success_id)
-        assert prop is not None, err          # valid by construction; a bug if not
-        log.append({"role": "assistant", "content": json.dumps(obj)})
-        sys_prompt = build_system_prompt(group, success_id)
-        pt = estimate_tokens(sys_prompt) + sum(estimate_tokens(m["content"]) for m in log
-                                               if m["role"] == "tool")
-        ct = sum(estimate_tokens(m["content"]) for m in log if m["role"] == "assistant")
-        return JudgeResult(prop, "valid", None, 0, tools.calls, pt, ct, log, tools.errors)
+        return pivot, score[pivot]
 
     @staticmethod
     def _search(tools: GroupTools, log: list[dict], query: str, k: int, fld: str) -> list[dict]:
@@ -609,10 +530,14 @@ class RandomJudge(RandomCritic):
     """Uniform over the success's valid segments; same validation path as every judge."""
     name = "random"
 
-    def propose(self, group: list[Trajectory], success_id: int) -> JudgeResult:
+    def propose(self, group: list[Trajectory], success_id: int, choose_success: bool = False) -> JudgeResult:
         bad = _check_group(group, success_id)
         if bad:
             return _dropped(bad)
+        if choose_success:              # uniform over the successes that have a valid segment
+            ok = [i for i, tr in enumerate(group) if tr.won and valid_segments(tr)]
+            if ok:
+                success_id = self.rng.choice(ok)
         segs = valid_segments(group[success_id])
         if not segs:
             return _dropped("no_segment: the success has no valid non-terminal segment")
@@ -621,7 +546,7 @@ class RandomJudge(RandomCritic):
                "rationale": "uniformly random valid segment"}
         prop, err = validate_proposal(obj, group, success_id)
         assert prop is not None, err
-        return JudgeResult(prop, "valid", None, 0, 0, 0, 0, [])
+        return JudgeResult(prop, "valid", None, 0, 0, 0, 0, [], 0, success_id if choose_success else None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from grpo import Row, collate, token_logprobs
 from rollout import AgentState
 
 # how each method's credit relates to GRPO's advantages (see the docstring)
-CREDIT_KIND = {"prover": "added", "criticsearch": "added", "gigpo": "added", "spo-chain": "final", "spo-tree": "final"}
+CREDIT_KIND = {"prover": "added", "prover-plus": "added", "criticsearch": "added", "gigpo": "added", "spo-chain": "final", "spo-tree": "final"}
 PROBE_TASKS = 32
 
 

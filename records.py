@@ -22,7 +22,10 @@ holds up to MAX_GROUPS rollout groups of the update (all ranks' groups compete),
         action, the observation it got (truncated) and the raw output of a malformed turn
     ProVer only (`judge`): the examined success, the proposal (failure mode, rationale, segment
         ℓ..r, validation status, repairs, tool calls count) or the drop reason, Δ̂ ± SE, K, and the
-        outcomes of the K continuations from s_pre and from s_post
+        outcomes of the K continuations from s_pre and from s_post; with an issue-#22 option on
+        (prover.py) also the bonus added, the credit test, CRN (paired, the unpaired SE `se_ind`),
+        the adaptive-K rounds, the judge's success-choice fallback (`choice`), up to MAX_MATCHED
+        matched runs [traj, turn] and up to MAX_NEG negative-credit alternatives
 and the update's method stats (the metrics row's prover/*, gigpo/*, spo/*, critic/*, matched/*,
 credit/*, lab/* keys). What GiGPO, SPO and CriticSearch did per turn is read off `F − A`.
 
@@ -70,6 +73,7 @@ SEG_MAX = 4                    # ProVer's segment length limit (judge.py): its t
 CAP = {"action": 60, "obs": 100, "raw": 60, "task": 200, "mode": 160, "why": 400, "reason": 160,
        "stat": 40}             # JSON bytes per string field
 MAX_STATS = 60                 # method stats kept per update
+MAX_MATCHED, MAX_NEG = 16, 4   # ProVer --credit-scope matched runs / --negative-credit alternatives kept per group
 MAX_RECORD_BYTES = 256 * 1024  # hard limit per line (enforced in `make_record`)
 STAT_PREFIXES = ("prover/", "gigpo/", "spo/", "critic/", "matched/", "credit/", "lab/")
 STATUS_ORDER = ["credited", "not credited", "dropped", "eligible", "mixed", "uniform"]
@@ -148,6 +152,19 @@ def judge_entry(r: dict) -> dict:
                     # the continuations' outcomes (K = --verify-k each; capped at 64 for the bound)
                     "pre": [num(x) for x in (r.get("pre") or [])[:64]],
                     "post": [num(x) for x in (r.get("post") or [])[:64]]})
+    # the issue-#22 options (prover.py), only when one is on: the bonus actually added (shrink: not
+    # λ·Δ̂), CRN / adaptive-K details, the matched runs and the negative-credit alternatives
+    if r.get("choice"):
+        out["choice"] = clip(r["choice"], CAP["reason"])
+    if "bonus" in r:
+        out.update({"bonus": num(r["bonus"]), "test": clip(r.get("test"), 16), "paired": bool(r.get("paired")),
+                    "se_ind": num(r.get("se_unpaired")), "rounds": r.get("rounds")})
+    if "matched" in r:
+        out["matched"] = [[int(i), int(t)] for i, t in r["matched"][:MAX_MATCHED]]
+    if "neg" in r:
+        out["neg"] = [{"a": clip(x.get("action"), CAP["action"]), "occ": [[int(i), int(t)] for i, t in x.get("occ", [])[:8]],
+                       "delta": num(x.get("delta")), "se": num(x.get("se")), "applied": bool(x.get("applied")),
+                       "pen": num(x.get("penalty"))} for x in r["neg"][:MAX_NEG]]
     return out
 
 
@@ -240,7 +257,10 @@ def worst_case_bytes() -> int:
     jr = {"g": 0, "sid": 0, "traj": 99, "status": "repaired", "reason": wide, "repairs": 3, "tool_calls": 999,
           "start": MAX_TURNS // 2, "end": MAX_TURNS // 2 + SEG_MAX - 1, "failure_mode": wide, "rationale": wide, "delta": -0.123456,
           "se": 0.123456, "sr_pre": 0.123456, "sr_post": 0.123456, "k": 64, "applied": False,
-          "pre": [0.123456] * 64, "post": [0.123456] * 64}
+          "pre": [0.123456] * 64, "post": [0.123456] * 64, "choice": wide, "bonus": -0.123456, "test": wide,
+          "paired": True, "se_unpaired": 0.123456, "rounds": 10**6, "matched": [[99, 99]] * 99,
+          "neg": [{"action": wide, "occ": [[99, 99]] * 99, "delta": -0.123456, "se": 0.123456, "applied": True,
+                   "penalty": -0.123456}] * 99}
     group = [tr] * MAX_TRAJ
     parts = [group_entries([group] * MAX_GROUPS, [[a] * MAX_TRAJ] * MAX_GROUPS, [[a] * MAX_TRAJ] * MAX_GROUPS,
                            [dict(jr, g=g) for g in range(MAX_GROUPS)], 1, 3)]

@@ -40,7 +40,7 @@ import time
 import rundir
 
 REPORT_UPDATES = 40          # update records embedded for the group view (all updates are in the table)
-METHOD_PREFIX = {"prover": "prover/", "gigpo": "gigpo/", "spo-chain": "spo/", "spo-tree": "spo/",
+METHOD_PREFIX = {"prover": "prover/", "prover-plus": "prover/", "gigpo": "gigpo/", "spo-chain": "spo/", "spo-tree": "spo/",
                  "criticsearch": "critic/", "grpo-matched": "matched/"}
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
 

@@ -50,9 +50,9 @@ from rollout import Agent, rollout_groups, spread_tasks  # noqa: E402
 
 # Credit assignment, by --method: fn(groups, adv, run) -> metrics dict; adv[g][i][t] is updated in
 # place (and a method may append groups, e.g. grpo-matched's extra rollouts).
-METHODS = {"grpo": lambda groups, adv, run: {}, "prover": prover.credit, **baselines.METHODS}
+METHODS = {"grpo": lambda groups, adv, run: {}, "prover": prover.credit, "prover-plus": prover.credit_plus, **baselines.METHODS}
 # Methods that explain their credit in segments.md, and the header that file opens with.
-SEGMENT_HEADERS = {"prover": prover.SEGMENTS_HEADER, "criticsearch": baselines.CRITIC_HEADER}
+SEGMENT_HEADERS = {"prover": prover.SEGMENTS_HEADER, "prover-plus": prover.SEGMENTS_HEADER, "criticsearch": baselines.CRITIC_HEADER}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,27 +20,65 @@ over it rather than over one fixed draw — see `rollout.run_episodes(fresh_env_
 What it does not guarantee: with K = 8 and success rates near 0.5, SE ≈ 0.25, as large as a typical
 bonus; thresholding at Δ̂ > 0 then gives zero-value segments a positive expected bonus. `margin`
 in prover.py (credit only if Δ̂ > margin) is the knob for that; the SE is reported with every
-estimate (segments.md) so a reader can judge.
+estimate (segments.md) so a reader can judge. Three options (issue #22; off by default) reduce
+or react to that noise:
 
-Every continuation token and env step is counted under `tokens/verify` / `env_steps/verify`.
+--verify-crn  common random numbers. Continuation k of the pre side and continuation k of the post
+    side share their sampling seeds (episode id k on both sides: the seed of the (episode, turn)
+    pair is hash((seed, k, turn))) and their env randomness (the same `reseed` value, a function
+    of (seed, k)). The estimate is the mean of the paired differences, with the paired SE:
+
+        d_k = R_post,k − R_pre,k,     Δ̂ = mean_k d_k,     SE_paired(Δ̂) = sqrt(s²_d / K)
+
+    Δ̂ is the same unbiased estimate (each side's continuations are still i.i.d. draws of its own
+    V); what changes is Var(Δ̂) = (σ²_post + σ²_pre − 2·Cov)/K: where both sides face the same
+    luck (keydoor's door draw: a coupled uniform u_k opens the door iff u_k < p), the covariance
+    is positive and the SE shrinks.
+
+--verify-k-max K_max  adaptive K. Continuations come in rounds of K per side (the last one cut to
+    K_max); after each round
+
+        stop when |Δ̂| ≥ z·SE(Δ̂)   or   k ≥ K_max continuations per side
+
+    (z = --credit-z; the SE is the paired one under --verify-crn). Each round has its own
+    sampling seeds and env draws (CRN: episode ids k = K·n … K·(n+1) − 1 on both sides;
+    otherwise the round's seed is hash((seed, n)), round 0 being exactly the default call), so
+    the pooled outcomes are i.i.d. and Δ̂, SE are computed over all k of them. Early stopping
+    makes Δ̂ a sequential estimate (slightly biased towards |Δ̂| large); it only spends fewer
+    continuations where the sign is already clear.
+
+Alternatives (`alternatives`, for prover.py's --negative-credit): the advantage of a failure's
+different action a′ at a state with the prompt view of s_pre is estimated against the same
+V̂(s_pre) (its K outcomes are reused, not resampled):
+
+    Â(a′) = mean_k R_alt,k − mean_k R_pre,k      (s_alt = the state after the failure's turn)
+
+with K = the k the main estimate ended with, and the SE as above (paired under CRN: alternative
+continuation k reuses the episode id and env draw of pre continuation k).
+
+Every continuation token and env step is counted under `tokens/verify` / `env_steps/verify`
+(all rounds, and the alternatives' continuations).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from rollout import Agent, Trajectory, continue_from, outcome
+from rollout import Agent, AgentState, Trajectory, continue_from, outcome, run_episodes
 
 
 @dataclass
 class Verification:
     delta: float            # Δ̂ = SR(post) − SR(pre)
-    se: float               # its standard error
+    se: float               # its standard error (paired under CRN)
     sr_pre: float
     sr_post: float
-    k: int
+    k: int                  # continuations per side (all rounds)
     pre: list[float]        # outcomes of the continuations from s_pre
-    post: list[float]       # ... and from s_post
+    post: list[float]       # ... and from s_post (or from an alternative's state)
+    paired: bool = False    # CRN: pre[k] and post[k] share seeds and env draws; `se` is the paired SE
+    se_unpaired: float | None = None   # under CRN, the SE the independent formula would give (for comparison)
+    rounds: int = 1         # adaptive K: rounds of continuations used
 
 
 def _var(x: list[float]) -> float:
@@ -50,17 +88,76 @@ def _var(x: list[float]) -> float:
     return sum((v - m) ** 2 for v in x) / (len(x) - 1)
 
 
+def compare(pre: list[float], post: list[float], paired: bool = False, rounds: int = 1) -> Verification:
+    """Δ̂ and its SE from the two sides' outcomes (paired: the SE of the mean paired difference)."""
+    k = len(pre)
+    assert k == len(post) and k > 0
+    sr_pre, sr_post = sum(pre) / k, sum(post) / k
+    se_ind = math.sqrt(_var(pre) / k + _var(post) / k)
+    if not paired:
+        return Verification(sr_post - sr_pre, se_ind, sr_pre, sr_post, k, list(pre), list(post), rounds=rounds)
+    d = [b - a for a, b in zip(pre, post)]
+    return Verification(sr_post - sr_pre, math.sqrt(_var(d) / k), sr_pre, sr_post, k, list(pre), list(post),
+                        paired=True, se_unpaired=se_ind, rounds=rounds)
+
+
+def _crn_outcomes(agent: Agent, envs: list, starts: list[AgentState], ids: list[int], temperature: float,
+                  seed: int) -> list[float]:
+    """Continuation ids[j] from every start, in start-major order, with common random numbers:
+    `run_episodes` with fresh_env_randomness off seeds an episode's sampling by (seed, episode id,
+    turn) and its env by (seed, episode id), so the same id on two starts gives both the same
+    random numbers."""
+    n = len(ids) * len(starts)
+    assert len(envs) >= n
+    _, finals = run_episodes(agent, envs[:n], [s for s in starts for _ in ids], temperature, seed, "verify",
+                             keep_states=False, fresh_env_randomness=False, episode_ids=[k for _ in starts for k in ids])
+    return [outcome(f.info, agent.reward) for f in finals]
+
+
 def estimate(agent: Agent, envs: list, traj: Trajectory, start_turn: int, end_turn: int, K: int,
-             temperature: float, seed: int) -> Verification:
+             temperature: float, seed: int, crn: bool = False, k_max: int = 0, z: float = 1.0) -> Verification:
     """Δ̂ for turns [start_turn, end_turn] (inclusive) of `traj`. `envs` needs ≥ 2K envs of the
-    trajectory's split; both sides run in one batch (2K episodes) for speed."""
+    trajectory's split; both sides run in one batch (2K episodes) for speed. `crn`, `k_max`, `z`:
+    --verify-crn, --verify-k-max, --credit-z (see the module docstring); the defaults are the
+    paper's single round of independent continuations."""
     assert 0 <= start_turn <= end_turn < len(traj.turns) - 1, "segment must be non-terminal"
     s_pre = traj.turns[start_turn].state
     s_post = traj.turns[end_turn + 1].state
     assert s_pre is not None and s_post is not None, "trajectory was rolled out without restore handles"
-    finals = continue_from(agent, envs, [s_pre, s_post], K, temperature, seed, purpose="verify")
-    pre = [outcome(f.info, agent.reward) for f in finals[:K]]     # R = success (or score: --reward)
-    post = [outcome(f.info, agent.reward) for f in finals[K:]]
-    sr_pre, sr_post = sum(pre) / K, sum(post) / K
-    return Verification(delta=sr_post - sr_pre, se=math.sqrt(_var(pre) / K + _var(post) / K),
-                        sr_pre=sr_pre, sr_post=sr_post, k=K, pre=pre, post=post)
+    assert k_max == 0 or k_max >= K, "k_max must be 0 (off) or >= K"
+    pre: list[float] = []
+    post: list[float] = []
+    rounds = 0
+    while True:
+        n = K if k_max == 0 else min(K, k_max - len(pre))
+        if crn:
+            out = _crn_outcomes(agent, envs, [s_pre, s_post], list(range(len(pre), len(pre) + n)), temperature, seed)
+        else:
+            # round 0 is the paper's call; later rounds get their own seed (fresh samples and draws)
+            finals = continue_from(agent, envs, [s_pre, s_post], n, temperature,
+                                   seed if rounds == 0 else hash((seed, rounds)) & 0x7FFFFFFF, purpose="verify")
+            out = [outcome(f.info, agent.reward) for f in finals]    # R = success (or score: --reward)
+        pre += out[:n]
+        post += out[n:]
+        rounds += 1
+        v = compare(pre, post, paired=crn, rounds=rounds)
+        if k_max == 0 or len(pre) >= k_max or abs(v.delta) >= z * v.se:
+            return v
+
+
+def alternatives(agent: Agent, envs: list, base: Verification, alt_states: list[AgentState], temperature: float,
+                 seed: int) -> list[Verification]:
+    """Â(a′) for each alternative's after-state against the shared V̂(s_pre) of `base` (its
+    `pre` outcomes): base.k continuations from each, paired with `base.pre` when base is (CRN).
+    `envs` needs ≥ base.k · len(alt_states) envs; all alternatives run in one batch."""
+    if not alt_states:
+        return []
+    k = base.k
+    if base.paired:
+        out = _crn_outcomes(agent, envs, alt_states, list(range(k)), temperature, seed)
+    else:
+        finals = continue_from(agent, envs, alt_states, k, temperature,
+                               hash((seed, 0, 0xA17)) & 0x7FFFFFFF, purpose="verify")
+        out = [outcome(f.info, agent.reward) for f in finals]
+    return [compare(base.pre, out[j * k:(j + 1) * k], paired=base.paired) for j in range(len(alt_states))]
+

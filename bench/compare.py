@@ -42,7 +42,7 @@ METHOD_ARGS = {
     "grpo": ["--method", "grpo"], "grpo-matched": ["--method", "grpo-matched"],
     "prover": ["--method", "prover"], "prover-random": ["--method", "prover", "--judge", "random"],
     "gigpo": ["--method", "gigpo"], "spo-chain": ["--method", "spo-chain"], "spo-tree": ["--method", "spo-tree"],
-    "criticsearch": ["--method", "criticsearch"],
+    "criticsearch": ["--method", "criticsearch"], "prover-plus": ["--method", "prover-plus"],
 }
 DEFAULT = dict(envs=["alfworld"], methods=["grpo", "prover"], seeds=[0, 1, 2], iters=80)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -134,9 +134,9 @@ def report(args, jobs) -> str:
         if not any(k[0] == rooms for k in res):
             continue
         lines += [f"## rooms = {rooms}\n",
-                  "| method | updates to q ≥ 0.9 (reached) | Δ updates vs GRPO (p) | final q_key | final success | "
-                  "Δ success vs GRPO (p) | judge hit | accept | credit precision | tokens / update (× GRPO) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| method | updates to q ≥ 0.9 (reached) | Δ updates vs GRPO (p) | final q_key | Δ final q_key vs GRPO (p) | "
+                  "final success | Δ success vs GRPO (p) | judge hit | accept | credit precision | tokens / update (× GRPO) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         g_upd, g_succ, g_tok = col(rooms, "grpo", "updates_to_q"), col(rooms, "grpo", "final_success"), col(rooms, "grpo", "tokens_per_update")
         for m in args.methods:
             upd = col(rooms, m, "updates_to_q")
@@ -145,13 +145,16 @@ def report(args, jobs) -> str:
             reached = sum(col(rooms, m, "reached").values())
             succ, tok = col(rooms, m, "final_success"), col(rooms, m, "tokens_per_update")
             du = paired.paired(upd, g_upd) if m != "grpo" and g_upd else None
+            qk, g_qk = col(rooms, m, "q_key_final"), col(rooms, "grpo", "q_key_final")
+            dq = paired.paired(qk, g_qk) if m != "grpo" and g_qk else None
             ds = paired.paired(succ, g_succ) if m != "grpo" and g_succ else None
             tk = paired.mean(list(tok.values()))
             rel = f" ({tk / paired.mean(list(g_tok.values())):.2f}×)" if g_tok else ""
             lines.append(
                 f"| {m} | {paired.fmt(paired.summary(list(upd.values())))} ({reached}/{len(upd)}) | "
                 + (f"{paired.fmt(du, sign=True)} ({paired.fmt_p(du.get('p'))})" if du else "–") + " | "
-                f"{paired.fmt(paired.summary(list(col(rooms, m, 'q_key_final').values())), digits=2)} | "
+                f"{paired.fmt(paired.summary(list(qk.values())), digits=3)} | "
+                + (f"{paired.fmt(dq, digits=4, sign=True)} ({paired.fmt_p(dq.get('p'))})" if dq else "–") + " | "
                 f"{paired.fmt(paired.summary(list(succ.values())), 100)} | "
                 + (f"{paired.fmt(ds, 100, sign=True)} ({paired.fmt_p(ds.get('p'))})" if ds else "–") + " | "
                 f"{optional(paired.mean(list(col(rooms, m, 'judge_hit').values())) if col(rooms, m, 'judge_hit') else None)} | "

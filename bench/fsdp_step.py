@@ -57,7 +57,7 @@ def time_variant(variant: str, a, device: str, rank: int, world: int) -> dict:
     import torch
     import dist
     import grpo
-    from gpu_step import build, model_flops, sync, synthetic_rows
+    from gpu_step import build, model_flops, sync, synthetic_rows, timed_updates
     model = build(a, device)                                   # fp32, random init, on the device
     n_all = sum(p.numel() for p in model.parameters())
     n_body = sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n and "lm_head" not in n)
@@ -70,14 +70,7 @@ def time_variant(variant: str, a, device: str, rank: int, world: int) -> dict:
     rows = synthetic_rows(model, a, device, seed=1 + rank)     # each rank its own rows (its groups)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    grpo.update(model, opt, rows, ucfg, pad_id=0)              # warm-up: allocator, kernels, Adam state
-    sync(device)
-    times, stats = [], {}
-    for _ in range(a.steps):
-        t = time.perf_counter()
-        stats = grpo.update(model, opt, rows, ucfg, pad_id=0)
-        sync(device)
-        times.append(time.perf_counter() - t)
+    times, stats = timed_updates(model, opt, rows, ucfg, device, a.steps)
     s = min(times)
     tokens = a.rows * (a.prompt + a.action) * world
     local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())

@@ -52,6 +52,21 @@ def build(a, device):
     return model
 
 
+def timed_updates(model, opt, rows, ucfg, device: str, steps: int) -> tuple[list[float], dict]:
+    """One warm-up update (allocator, kernels, optimizer state), then `steps` timed ones; returns
+    the seconds of each and the last update's stats (shared with bench/fsdp_step.py)."""
+    import grpo
+    grpo.update(model, opt, rows, ucfg, pad_id=0)
+    sync(device)
+    times, stats = [], {}
+    for _ in range(steps):
+        t = time.perf_counter()
+        stats = grpo.update(model, opt, rows, ucfg, pad_id=0)
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return times, stats
+
+
 def synthetic_rows(model, a, device, seed: int):
     """(B) turn-rows of random tokens with on-policy old log-probs (ρ = 1) and ±1 advantages."""
     import torch
@@ -99,14 +114,7 @@ def time_update(variant: str, a, device) -> dict:
     rows = synthetic_rows(model, a, device, seed=1)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    grpo.update(model, opt, rows, ucfg, pad_id=0)          # warm-up: allocator, kernels, optimizer state
-    sync(device)
-    times, stats = [], {}
-    for _ in range(a.steps):
-        t = time.perf_counter()
-        stats = grpo.update(model, opt, rows, ucfg, pad_id=0)
-        sync(device)
-        times.append(time.perf_counter() - t)
+    times, stats = timed_updates(model, opt, rows, ucfg, device, a.steps)
     s = min(times)
     tokens = a.rows * (a.prompt + a.action)
     res = {"variant": variant, "params": n_all, "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),

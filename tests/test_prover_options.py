@@ -1,0 +1,597 @@
+"""ProVer's issue-#22 options (prover.py / verify.py / judge.py), each against values worked out by hand.
+
+    python -m pytest -q tests/test_prover_options.py
+
+Two kinds of fixture:
+  * a hand-built group (Trajectory/Turn objects, like tests/test_judge.py's pivot_group) with the
+    verification replaced by fixed continuation outcomes, so every bonus is exact arithmetic;
+  * the real keydoor env with a scripted stand-in generator of known decision probabilities (as
+    in tests/test_verify.py), so CRN, adaptive K and the alternatives' Δ̂ run through the real
+    restore / rollout / verify code and their values are checkable (p_key = 1, p_nokey = 0: the
+    door opens iff the key is held, so V(after skipping the key) = 0 exactly).
+"""
+import math
+import random
+from collections import Counter
+
+import pytest
+
+import config
+import envs
+import grpo
+import judge
+import prover
+import verify
+import warmstart
+from judge import JudgeResult, Proposal
+from policy import Sample
+from rollout import Agent, AgentState, Trajectory, Turn, rollout_groups
+
+# ---------------------------------------------------------------------------------------------
+# The hand-built group
+# ---------------------------------------------------------------------------------------------
+A = "You are in room 1. You see a lever."
+B = "You are in room 2. You see a key."
+C = "You are in room 2. You hold a key."
+D = "You are at the door."
+WIN, SHUT = "The door opens.", "The door stays shut."
+ADM = {A: ["pull lever", "go east", "wait"], B: ["take key", "go east", "wait"], C: ["go east", "wait"],
+       D: ["open door", "wait"]}
+NEXT = {("go east", A): B, ("wait", A): A, ("pull lever", A): A, ("take key", B): C, ("go east", B): D,
+        ("wait", B): B, ("go east", C): D, ("wait", C): C}
+
+
+def traj(tid, acts, won, states=True):
+    """acts: the actions from A on (observations follow NEXT; the last one ends the episode).
+    `states`: give every turn a restore handle (history as the rollout records it)."""
+    turns, obs, hist = [], A, ()
+    for k, a in enumerate(acts):
+        last = k == len(acts) - 1
+        nxt = (WIN if won else SHUT) if (last and a == "open door") else NEXT.get((a, obs), obs)
+        st = AgentState(None, obs, {"admissible": ADM[obs]}, hist, k) if states else None
+        turns.append(Turn(t=k, obs=obs, admissible=list(ADM[obs]), text=f"<action>{a}</action>", action=a,
+                          valid=True, next_obs=nxt, reward=float(won and last), done=last,
+                          action_ids=[1, 2, 3], state=st))
+        hist, obs = hist + ((obs, a),), nxt
+    return Trajectory(traj_id=tid, group_id=0, task=0, task_text="open the door.", task_type="hand",
+                      turns=turns, won=won, score=float(won))
+
+
+def hand_group(states=True, lever=False):
+    """S0 (shortest success), F1 (goes east past the key), F2 (takes the key, then waits), S3 (a
+    longer success), F4 (waits at the key, then goes east); `lever`: S5, a success whose `pull
+    lever` no failure ever takes."""
+    g = [traj(0, ["go east", "take key", "go east", "open door"], True, states),
+         traj(1, ["go east", "go east", "open door"], False, states),
+         traj(2, ["go east", "take key", "wait", "wait"], False, states),
+         traj(3, ["wait", "go east", "take key", "go east", "open door"], True, states),
+         traj(4, ["go east", "wait", "go east", "open door"], False, states)]
+    if lever:
+        g.append(traj(5, ["pull lever", "go east", "take key", "wait", "go east", "open door"], True, states))
+    return g
+
+
+class FixedJudge:
+    """Proposes turns start..end of the success it is given (choose_success: of `pick`)."""
+
+    def __init__(self, start=1, end=1, pick=None):
+        self.start, self.end, self.pick, self.calls = start, end, pick, []
+
+    def propose(self, group, success_id, choose_success=False):
+        self.calls.append((success_id, choose_success))
+        sid = self.pick if choose_success and self.pick is not None else success_id
+        prop = Proposal(group[sid].traj_id, self.start, self.end, "mode", "why")
+        return JudgeResult(prop, "valid", None, 0, 2, 11, 5, [], 0, sid if choose_success else None)
+
+
+class Outcomes:
+    """Stand-in for verify.estimate / verify.alternatives: fixed continuation outcomes, combined
+    by verify.compare (the real formulas); records the options each call got."""
+
+    def __init__(self, pre, post, alts=None):
+        self.pre, self.post, self.alts, self.calls = pre, post, alts or {}, []
+
+    def estimate(self, agent, envs_, traj_, start, end, K, temperature, seed, crn=False, k_max=0, z=1.0):
+        self.calls.append(dict(K=K, crn=crn, k_max=k_max, z=z, seed=seed))
+        return verify.compare(self.pre, self.post, paired=crn)
+
+    def alternatives(self, agent, envs_, base, states, temperature, seed):
+        # which alternative a state belongs to: the action its history ends with
+        return [verify.compare(base.pre, self.alts[s.history[-1][1]], paired=base.paired) for s in states]
+
+
+def make_run(tmp_path, cfg, jd, history_len=1):
+    from train import Run
+    agent = Agent(gen=None, tok=None, spec=None, history_len=history_len, counter=Counter())
+    return Run(cfg, agent, None, {}, [None] * 256, jd, str(tmp_path), step=1)
+
+
+def run_credit(tmp_path, monkeypatch, out, jd=None, history_len=1, group=None, plus=False, **flags):
+    monkeypatch.setattr(verify, "estimate", out.estimate)
+    monkeypatch.setattr(verify, "alternatives", out.alternatives)
+    groups = [group or hand_group()]
+    cfg = config.Config(env="keydoor", verify_k=len(out.pre), **flags)
+    adv = grpo.trajectory_advantages(groups)
+    base = [[list(t) for t in g] for g in adv]
+    run = make_run(tmp_path, cfg, jd or FixedJudge(), history_len)
+    st = prover.credit_plus(groups, adv, run) if plus else prover.credit(groups, adv, run)
+    return groups, base, adv, st, run
+
+
+def diff(base, adv):
+    """{(traj, turn): change} of the one group."""
+    return {(i, t): adv[0][i][t] - base[0][i][t] for i in range(len(adv[0])) for t in range(len(adv[0][i]))
+            if adv[0][i][t] != base[0][i][t]}
+
+
+PRE, POST = [0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 1.0]     # Δ̂ = 0.5, SE = sqrt(0.25/4 + 0.25/4)
+SE = math.sqrt(0.125)
+PAPER_KEYS = {"prover/eligible", "prover/proposals", "prover/valid", "prover/repaired", "prover/dropped",
+              "prover/credited", "prover/delta_mean", "prover/accept_rate", "prover/seg_len_mean"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Defaults = the paper
+# ---------------------------------------------------------------------------------------------
+def test_default_flags_give_exactly_the_papers_credit(tmp_path, monkeypatch):
+    out = Outcomes([1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0])          # 2/4 → 3/4: the paper's +0.25
+    jd = FixedJudge()
+    groups, base, adv, st, run = run_credit(tmp_path, monkeypatch, out, jd)
+    assert jd.calls == [(0, False)]                                     # the shortest success, no choice
+    assert out.calls == [dict(K=4, crn=False, k_max=0, z=1.0, seed=out.calls[0]["seed"])]
+    assert diff(base, adv) == {(0, 1): 0.25}                            # A += λ·Δ̂ on turns ℓ..r of τ* only
+    assert set(st) == PAPER_KEYS and st["prover/credited"] == 1 and st["prover/delta_mean"] == 0.25
+    rec = run.records[0]
+    assert not {"bonus", "matched", "neg", "choice", "paired"} & set(rec)
+    text = (tmp_path / "segments.md").read_text()
+    se = math.sqrt((1 / 3) / 4 + 0.25 / 4)                             # sqrt(s²_post/K + s²_pre/K)
+    assert f"Δ̂ = +0.250 ± {se:.3f} (K=4; SR pre 0.500 → post 0.750) → credit +0.250 applied" in text
+    assert "matched" not in text and "paired" not in text and "negative credit" not in text
+    assert run.agent.counter["tokens/judge"] == 5 and run.agent.counter["tokens/judge_prompt"] == 11
+
+
+def test_default_flags_no_credit_when_not_positive(tmp_path, monkeypatch):
+    _, base, adv, st, _ = run_credit(tmp_path, monkeypatch, Outcomes([1.0, 1.0], [1.0, 0.0]))
+    assert diff(base, adv) == {} and st["prover/credited"] == 0
+    assert "no credit (Δ̂ ≤ margin)" in (tmp_path / "segments.md").read_text()
+
+
+def test_options_on_detects_every_non_default():
+    assert not prover.options_on(config.Config())
+    for kw in [dict(credit_test="se"), dict(credit_scope="matched"), dict(negative_credit=True), dict(focus=0.5),
+               dict(verify_crn=True), dict(verify_k_max=16), dict(judge_success="judge")]:
+        assert prover.options_on(config.Config(**kw)), kw
+
+
+# ---------------------------------------------------------------------------------------------
+# --credit-test / --credit-z
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("test,z,want", [("positive", 1.0, 0.5), ("se", 1.0, 0.5), ("se", 2.0, None),
+                                         ("shrink", 1.0, 0.5 - SE), ("shrink", 2.0, None)])
+def test_credit_test(tmp_path, monkeypatch, test, z, want):
+    _, base, adv, st, run = run_credit(tmp_path, monkeypatch, Outcomes(PRE, POST), credit_test=test, credit_z=z)
+    d = diff(base, adv)
+    if want is None:
+        assert d == {} and st["prover/credited"] == 0
+    else:
+        assert d.keys() == {(0, 1)} and d[(0, 1)] == pytest.approx(want, abs=1e-12)
+    assert run.records[0]["se"] == pytest.approx(SE)
+    text = (tmp_path / "segments.md").read_text()
+    if test == "shrink" and want is not None:
+        assert st["prover/bonus_mean"] == pytest.approx(0.5 - SE) and "shrunk bonus" in text
+        assert run.records[0]["bonus"] == pytest.approx(0.5 - SE)
+
+
+def test_credit_decision_formulas():
+    cfg = config.Config(lam=2.0, margin=0.1, credit_z=1.0)
+    for test, (d, se), want in [("positive", (0.3, 0.5), (True, 0.6)), ("positive", (0.05, 0.0), (False, 0.1)),
+                                ("se", (0.3, 0.2), (True, 0.6)), ("se", (0.3, 0.3), (False, 0.6)),
+                                ("shrink", (0.3, 0.2), (True, 0.2)), ("shrink", (0.08, 0.0), (False, 0.16))]:
+        ok, b = prover.credit_decision(d, se, config.Config(**{**cfg.__dict__, "credit_test": test}))
+        assert ok == want[0] and b == pytest.approx(want[1]), (test, d, se)
+
+
+# ---------------------------------------------------------------------------------------------
+# --credit-scope matched
+# ---------------------------------------------------------------------------------------------
+def test_view_key_from_states_equals_rebuilt_history():
+    with_s, without = hand_group(True), hand_group(False)
+    for H in (0, 1, 2, 4):
+        for a, b in zip(with_s, without):
+            assert [prover.view_key(a, t, H) for t in range(len(a.turns))] == \
+                [prover.view_key(b, t, H) for t in range(len(b.turns))]
+    assert prover.view_key(with_s[3], 2, 1) == (B, tuple(ADM[B]), ((A, "go east"),))
+    assert prover.view_key(with_s[3], 2, 0) == (B, tuple(ADM[B]), ())
+
+
+@pytest.mark.parametrize("H,matched", [(1, {(0, 1), (2, 1), (3, 2)}),     # S3 reached B after a wait: H=1 hides it
+                                       (2, {(0, 1), (2, 1)})])
+def test_matched_scope_shares_the_bonus(tmp_path, monkeypatch, H, matched):
+    _, base, adv, st, run = run_credit(tmp_path, monkeypatch, Outcomes(PRE, POST), history_len=H,
+                                       credit_scope="matched")
+    d = diff(base, adv)
+    assert d.keys() == matched and all(v == pytest.approx(0.5) for v in d.values())
+    assert st["prover/matched_turns"] == len(matched) - 1 and st["prover/matched_trajs"] == len(matched) - 1
+    assert run.records[0]["matched"] == sorted([list(m) for m in matched])
+    text = (tmp_path / "segments.md").read_text()
+    assert f"matched scope: {len(matched) - 1} other run(s)" in text and "traj 2 turn 1" in text
+
+
+def test_matched_scope_needs_every_turn_of_the_segment(tmp_path, monkeypatch):
+    # segment = S0's turns 1–2 (take key, go east): F2 took the key but then waited; S3 did both
+    _, base, adv, st, _ = run_credit(tmp_path, monkeypatch, Outcomes(PRE, POST), FixedJudge(1, 2),
+                                     credit_scope="matched")
+    assert diff(base, adv).keys() == {(0, 1), (0, 2), (3, 2), (3, 3)}
+
+
+def test_matched_scope_not_credited_changes_nothing(tmp_path, monkeypatch):
+    _, base, adv, st, _ = run_credit(tmp_path, monkeypatch, Outcomes(POST, PRE), credit_scope="matched")
+    assert diff(base, adv) == {} and "prover/matched_turns" not in st
+
+
+# ---------------------------------------------------------------------------------------------
+# --focus
+# ---------------------------------------------------------------------------------------------
+def test_focus_scales_the_rest_of_the_credited_success(tmp_path, monkeypatch):
+    _, base, adv, st, _ = run_credit(tmp_path, monkeypatch, Outcomes(PRE, POST), focus=0.25)
+    want = {(0, t): -0.75 * base[0][0][t] for t in (0, 2, 3)}
+    want[(0, 1)] = 0.5
+    assert diff(base, adv).keys() == want.keys()
+    assert all(diff(base, adv)[k] == pytest.approx(v) for k, v in want.items())
+    assert "keep 0.25 × their GRPO advantage" in (tmp_path / "segments.md").read_text()
+    # not credited: nothing changes, focus included
+    _, base, adv, _, _ = run_credit(tmp_path, monkeypatch, Outcomes(POST, PRE), focus=0.25)
+    assert diff(base, adv) == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# --negative-credit
+# ---------------------------------------------------------------------------------------------
+PRE_N, POST_N = [1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]            # V̂(s_pre) = 0.75, Δ̂ = 0.25
+ALTS = {"go east": [0.0, 0.0, 0.0, 0.0], "wait": [1.0, 1.0, 0.0, 1.0]}  # Â = −0.75 (SE 0.25) | 0
+
+
+@pytest.mark.parametrize("test,pen", [("positive", -0.75), ("shrink", -0.5)])
+def test_negative_credit_penalises_verifiably_worse_alternatives(tmp_path, monkeypatch, test, pen):
+    _, base, adv, st, run = run_credit(tmp_path, monkeypatch, Outcomes(PRE_N, POST_N, ALTS),
+                                       negative_credit=True, credit_test=test)
+    d = diff(base, adv)
+    bonus = 0.25 if test == "positive" else 0.0            # shrink: 0.25 − 1·0.25 = 0 → no credit
+    assert d.get((1, 1), 0.0) == pytest.approx(pen)          # F1 went east at the key: worse
+    assert (4, 1) not in d                                   # F4 waited: Â = 0, not worse
+    assert d.get((0, 1), 0.0) == pytest.approx(bonus)
+    assert st["prover/neg_alts"] == 2 and st["prover/neg_credited"] == 1 and st["prover/neg_turns"] == 1
+    neg = {x["action"]: x for x in run.records[0]["neg"]}
+    assert neg["go east"]["delta"] == pytest.approx(-0.75) and neg["go east"]["se"] == pytest.approx(0.25)
+    assert neg["go east"]["occ"] == [[1, 1]] and not neg["wait"]["applied"]
+    text = (tmp_path / "segments.md").read_text()
+    assert f"alternative `go east` (traj 1 turn 1): Â = -0.750 ± 0.250 (SR after it 0.000) → penalty {pen:+.3f}" in text
+    assert "alternative `wait` (traj 4 turn 1): Â = +0.000" in text and "not verifiably worse" in text
+
+
+def test_negative_credit_skips_a_terminal_alternative(tmp_path, monkeypatch):
+    g = hand_group()
+    g[1] = traj(1, ["go east", "go east"], False)           # F1 ends right after going east at the key
+    _, base, adv, st, _ = run_credit(tmp_path, monkeypatch, Outcomes(PRE_N, POST_N, ALTS), group=g,
+                                     negative_credit=True)
+    assert st["prover/neg_terminal"] == 1 and st["prover/neg_alts"] == 1 and (1, 1) not in diff(base, adv)
+
+
+def test_alternatives_at_matches_the_prompt_view():
+    g = hand_group()
+    assert prover.alternatives_at(g, 0, 1, 1) == {"go east": [(1, 1)], "wait": [(4, 1)]}
+    assert prover.alternatives_at(g, 0, 0, 1) == {}         # every failure went east from A too
+    assert prover.alternatives_at(g, 3, 0, 1) == {"go east": [(1, 0), (2, 0), (4, 0)]}
+
+
+# ---------------------------------------------------------------------------------------------
+# --judge-success judge
+# ---------------------------------------------------------------------------------------------
+def test_builtin_judge_chooses_the_most_distinctive_success():
+    g = hand_group(lever=True)
+    bj = judge.make_judge("builtin")
+    plain = bj.propose(g, 0)
+    assert plain.success_id is None and plain.proposal.traj_id == 0
+    res = bj.propose(g, 0, choose_success=True)
+    assert res.success_id == 5 and res.proposal.traj_id == 5              # `pull lever`: no failure takes it
+    assert (res.proposal.start_turn, res.proposal.end_turn) == (0, 0)
+    assert res.tool_calls > plain.tool_calls and res.prompt_tokens > plain.prompt_tokens
+    # ties (both successes' best action is `take key`, taken by 1 of 3 failures) keep the shortest
+    assert judge.make_judge("builtin").propose(hand_group(), 0, choose_success=True).success_id == 0
+
+
+def test_random_judge_chooses_uniformly_among_successes():
+    g = hand_group(lever=True)
+    picks = Counter(judge.make_judge("random", seed=s).propose(g, 0, choose_success=True).success_id
+                    for s in range(300))
+    assert set(picks) == {0, 3, 5} and min(picks.values()) > 60
+
+
+def _answer(**kw):
+    return judge.ChatReply(content=__import__("json").dumps({"failure_mode": "m", **kw}),
+                           prompt_tokens=10, completion_tokens=4)
+
+
+def test_agent_judge_success_id_choice_repair_and_fallback():
+    g = hand_group(lever=True)
+    seen = []
+
+    def chat_of(replies):
+        it = iter(replies)
+
+        def chat(messages, tools, deadline=None):
+            seen.append(messages[0]["content"])
+            return next(it)
+        return chat
+
+    # the paper's prompt does not mention success_id; the choosing one does, with every success previewed
+    assert "success_id" not in judge.build_system_prompt(g, 0)
+    sysp = judge.build_system_prompt(g, 0, choose=True)
+    assert '"success_id"' in sysp and "trajectory 5 SUCCEEDED" in sysp and "trajectory 3 SUCCEEDED" in sysp
+    assert "success_id" in judge.OUTPUT_SCHEMA["properties"] and "success_id" not in judge.OUTPUT_SCHEMA["required"]
+    ok = judge.AgentJudge(chat_of([_answer(start_turn=0, end_turn=0, success_id=5)])).propose(g, 0, True)
+    assert ok.status == "valid" and ok.success_id == 5 and ok.proposal.traj_id == 5 and ok.success_note is None
+    # omitted: the default success
+    d = judge.AgentJudge(chat_of([_answer(start_turn=1, end_turn=1)])).propose(g, 0, True)
+    assert d.success_id == 0 and d.proposal.traj_id == 0
+    # a failure named: repaired, then a valid choice
+    rep = judge.AgentJudge(chat_of([_answer(start_turn=1, end_turn=1, success_id=1),
+                                    _answer(start_turn=2, end_turn=2, success_id=3)])).propose(g, 0, True)
+    assert rep.status == "repaired" and rep.repairs == 1 and rep.success_id == 3
+    assert "success_choice" in rep.transcript[-2]["content"]
+    # never valid: falls back to the shortest with the reason key, when the turns fit it
+    fb = judge.AgentJudge(chat_of([_answer(start_turn=1, end_turn=1, success_id=9)] * 4)).propose(g, 0, True)
+    assert fb.proposal is not None and fb.success_id == 0 and fb.success_note.startswith("success_choice:")
+    bad = judge.AgentJudge(chat_of([_answer(start_turn=3, end_turn=3, success_id="x")] * 4)).propose(g, 0, True)
+    assert bad.proposal is None and bad.reason_key == "terminal"          # turn 3 is S0's last
+    # without choose_success an answer's success_id is ignored (the paper's protocol)
+    ign = judge.AgentJudge(chat_of([_answer(start_turn=1, end_turn=1, success_id=5)])).propose(g, 0)
+    assert ign.success_id is None and ign.proposal.traj_id == 0
+
+
+def test_prover_credits_the_judges_choice(tmp_path, monkeypatch):
+    g = hand_group(lever=True)
+    _, base, adv, st, run = run_credit(tmp_path, monkeypatch, Outcomes(PRE, POST), judge.make_judge("builtin"),
+                                       group=g, judge_success="judge")
+    assert st["prover/success_chosen"] == 1 and run.records[0]["sid"] == 5
+    assert diff(base, adv).keys() == {(5, 0)}
+    assert run.proposals[0][:4] == (0, 5, 0, 0)
+    assert "Success chosen by the judge: traj 5" in (tmp_path / "segments.md").read_text()
+    # tokens/judge: the choice costs searches and a longer prompt
+    _, _, _, _, run0 = run_credit(tmp_path, monkeypatch, Outcomes(PRE, POST), judge.make_judge("builtin"), group=g)
+    assert run.agent.counter["tokens/judge_prompt"] > run0.agent.counter["tokens/judge_prompt"]
+
+
+def test_prover_counts_a_success_choice_fallback(tmp_path, monkeypatch):
+    class Falls(FixedJudge):
+        def propose(self, group, success_id, choose_success=False):
+            r = super().propose(group, success_id, choose_success)
+            r.success_note = "success_choice: success_id 9 is not a successful trajectory"
+            return r
+    _, _, _, st, run = run_credit(tmp_path, monkeypatch, Outcomes(PRE, POST), Falls(), judge_success="judge")
+    assert st["prover/success_fallback/success_choice"] == 1 and run.records[0]["choice"].startswith("success_choice")
+
+
+# ---------------------------------------------------------------------------------------------
+# Config, method registry
+# ---------------------------------------------------------------------------------------------
+def test_flags_parse_and_validate():
+    cfg = config.parse_args(["--credit-test", "shrink", "--credit-z", "1.5", "--credit-scope", "matched",
+                             "--verify-crn", "--verify-k-max", "32", "--negative-credit", "--focus", "0.5",
+                             "--judge-success", "judge", "--method", "prover-plus"])
+    assert (cfg.credit_test, cfg.credit_z, cfg.credit_scope, cfg.verify_crn, cfg.verify_k_max, cfg.negative_credit,
+            cfg.focus, cfg.judge_success) == ("shrink", 1.5, "matched", True, 32, True, 0.5, "judge")
+    config.validate(cfg)
+    d = config.Config()
+    assert (d.credit_test, d.credit_scope, d.verify_crn, d.verify_k_max, d.negative_credit, d.focus, d.judge_success) \
+        == ("positive", "segment", False, 0, False, 1.0, "shortest")
+    for bad, msg in [(dict(verify_k_max=4), "--verify-k-max 4"), (dict(focus=1.5), "--focus"),
+                     (dict(credit_z=-1.0), "--credit-z")]:
+        with pytest.raises(ValueError, match=msg):
+            config.validate(config.Config(**bad))
+    with pytest.raises(SystemExit):
+        config.parse_args(["--credit-test", "maybe"])
+
+
+def test_prover_plus_is_registered_and_overrides(tmp_path, monkeypatch):
+    import sys
+    import train
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "bench"))
+    import compare
+    assert train.METHODS["prover-plus"] is prover.credit_plus and "prover-plus" in config.CHOICES["method"]
+    assert compare.METHOD_ARGS["prover-plus"] == ["--method", "prover-plus"]
+    assert prover.PLUS == {"credit_scope": "matched", "credit_test": "shrink", "verify_crn": True, "focus": 0.5}
+    out = Outcomes([0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0])     # d_k = 1, 1, 0, 1: Δ̂ 0.75, paired SE 0.25
+    # the user's flags for PLUS's four are overridden; the run's config object is left alone
+    _, base, adv, st, run = run_credit(tmp_path, monkeypatch, out, plus=True, credit_scope="segment", focus=1.0)
+    assert out.calls[0]["crn"] is True and run.cfg.credit_scope == "segment"
+    d = diff(base, adv)
+    b = 0.75 - math.sqrt(sum((x - 0.75) ** 2 for x in [1.0, 1.0, 0.0, 1.0]) / 3 / 4)   # shrink: Δ̂ − paired SE
+    assert b == pytest.approx(0.5)
+    assert d[(0, 1)] == pytest.approx(b) and d[(2, 1)] == pytest.approx(b)              # matched (H = 1)
+    assert d[(0, 0)] == pytest.approx(-0.5 * base[0][0][0])                            # focus 0.5
+
+
+# ---------------------------------------------------------------------------------------------
+# The real keydoor env: CRN, adaptive K, alternatives, end to end
+# ---------------------------------------------------------------------------------------------
+class KnownPolicy:
+    """Takes the key with probability q when `take key` is admissible, else goes forward / opens
+    the door (the per-row seeds fix every draw)."""
+
+    def __init__(self, tok, q):
+        self.tok, self.q = tok, q
+
+    def sync(self, model):
+        pass
+
+    def generate(self, prompts, max_new_tokens, temperature, seed=None, row_seeds=None):
+        out = []
+        for i, p in enumerate(prompts):
+            acts = self.tok.decode(p).rsplit("actions:", 1)[-1]
+            a = "open door" if "open door" in acts else "go forward"
+            if "take key" in acts and random.Random(row_seeds[i]).random() < self.q:
+                a = "take key"
+            ids = self.tok(f"<action>{a}</action><|im_end|>", add_special_tokens=False)["input_ids"]
+            out.append(Sample(ids, [0.0] * len(ids)))
+        return out
+
+
+@pytest.fixture(scope="module")
+def kd():
+    spec = envs.get_spec("keydoor")
+    tok = warmstart.build_tokenizer(spec.vocabulary() + warmstart.template_texts(spec))
+
+    def pool(p_key, p_nokey, n=48):
+        return [spec.make(split="train", seed=0, rooms=3, pivot=1, distractors=0, p_key=p_key, p_nokey=p_nokey)
+                for _ in range(n)]
+    return spec, tok, pool
+
+
+def pivot(tr):
+    return next(tn.t for tn in tr.turns if tn.action == "take key")
+
+
+def key_trajs(agent, pool, n, seed):
+    return [g[0] for g in rollout_groups(agent, pool, list(range(n)), 1, 1.0, seed=seed)
+            if any(tn.action == "take key" for tn in g[0].turns)]
+
+
+def test_crn_pairs_identical_futures_exactly(kd):
+    # q = 1: from s_pre the policy takes the key too, so pre and post continuation k meet the same
+    # door draw: every d_k = 0 under CRN (Δ̂ = 0, paired SE = 0); independent draws differ
+    spec, tok, pool = kd
+    agent = Agent(KnownPolicy(tok, 1.0), tok, spec)
+    p = pool(0.5, 0.0)
+    tr = key_trajs(agent, p, 4, seed=0)[0]
+    k = pivot(tr)
+    crn = verify.estimate(agent, p, tr, k, k, 16, 1.0, seed=7, crn=True)
+    assert crn.pre == crn.post and crn.delta == 0.0 and crn.se == 0.0 and crn.paired
+    assert 0.0 < crn.sr_pre < 1.0 and crn.se_unpaired > 0.0                 # the door is a coin flip
+    ind = verify.estimate(agent, p, tr, k, k, 16, 1.0, seed=7)
+    assert ind.pre != ind.post and not ind.paired
+
+
+def test_crn_coupling_and_paired_se(kd):
+    # q = 0.5, p_key 0.9 > p_nokey 0.1: a coupled door draw u opens for the key whenever it opens
+    # without, so d_k = R_post,k − R_pre,k is never −1 under CRN; the SE is sqrt(var(d)/K)
+    spec, tok, pool = kd
+    agent = Agent(KnownPolicy(tok, 0.5), tok, spec)
+    p = pool(0.9, 0.1)
+    trs = key_trajs(agent, p, 12, seed=1)
+    minus_ind = 0
+    for i in range(8):
+        tr = trs[i % len(trs)]
+        k = pivot(tr)
+        v = verify.estimate(agent, p, tr, k, k, 16, 1.0, seed=100 + i, crn=True)
+        d = [b - a for a, b in zip(v.pre, v.post)]
+        assert min(d) >= 0.0
+        assert v.delta == pytest.approx(sum(d) / 16)
+        assert v.se == pytest.approx(math.sqrt(verify._var(d) / 16))
+        assert v.se_unpaired == pytest.approx(math.sqrt(verify._var(v.pre) / 16 + verify._var(v.post) / 16))
+        ind = verify.estimate(agent, p, tr, k, k, 16, 1.0, seed=100 + i)
+        minus_ind += sum(b - a < 0 for a, b in zip(ind.pre, ind.post))
+    assert minus_ind > 0                                   # independent draws do produce d_k = −1
+
+
+def test_adaptive_k_rounds_and_their_cost(kd):
+    spec, tok, pool = kd
+    agent = Agent(KnownPolicy(tok, 0.5), tok, spec)
+    p = pool(0.9, 0.1)
+    tr = key_trajs(agent, p, 8, seed=2)[0]
+    k = pivot(tr)
+
+    def cost(**kw):
+        c0 = Counter(agent.counter)
+        v = verify.estimate(agent, p, tr, k, k, 4, 1.0, seed=11, **kw)
+        return v, agent.counter["tokens/verify"] - c0["tokens/verify"], agent.counter["env_steps/verify"] - c0["env_steps/verify"]
+    one, tok1, steps1 = cost()
+    # z = 0: |Δ̂| ≥ 0 after the first round, which is exactly the default call
+    z0, tok0, _ = cost(k_max=16, z=0.0)
+    assert (z0.pre, z0.post, z0.k, z0.rounds, tok0) == (one.pre, one.post, 4, 1, tok1)
+    # z huge: never clear, so all of K_max = 10 per side (rounds of 4, 4, 2), each round counted
+    big, tokb, stepsb = cost(k_max=10, z=1e9)
+    assert big.k == 10 and big.rounds == 3 and len(big.post) == 10 and big.pre[:4] == one.pre
+    assert tokb > 2 * tok1 and stepsb > 2 * steps1
+    assert big.delta == pytest.approx(sum(big.post) / 10 - sum(big.pre) / 10)
+    # CRN, q = 1 (identical futures): Δ̂ = SE = 0 stops after one round
+    agent1 = Agent(KnownPolicy(tok, 1.0), tok, spec)
+    tr1 = key_trajs(agent1, p, 4, seed=3)[0]
+    v1 = verify.estimate(agent1, p, tr1, pivot(tr1), pivot(tr1), 4, 1.0, seed=5, crn=True, k_max=12)
+    assert v1.k == 4 and v1.rounds == 1
+
+
+def _eligible_group(agent, p, first_seed, min_success=1):
+    for s in range(first_seed, first_seed + 200):
+        grp = rollout_groups(agent, p, [s % 7], 8, 1.0, seed=s)[0]
+        if prover.eligible(grp, min_success, 3):
+            return grp
+    raise AssertionError("no eligible group")
+
+
+def test_negative_credit_end_to_end_on_keydoor(kd, tmp_path):
+    # p_key = 1, p_nokey = 0: the failures all went forward past the key, from the same prompt view
+    # as the success's pivot turn, and V(after that) = 0 exactly: Â(go forward) = −V̂(s_pre)
+    from train import Run
+    spec, tok, pool = kd
+    agent = Agent(KnownPolicy(tok, 0.5), tok, spec)
+    p = pool(1.0, 0.0)
+    grp = _eligible_group(agent, p, 0)
+
+    def go(**flags):
+        cfg = config.Config(env="keydoor", verify_k=8, verify_crn=True, **flags)
+        adv = grpo.trajectory_advantages([grp])
+        base = [[list(t) for t in g] for g in adv]
+        run = Run(cfg, agent, spec, {}, list(p), judge.make_judge("builtin"), str(tmp_path), step=1)
+        c0 = agent.counter["tokens/verify"]
+        st = prover.credit([grp], adv, run)
+        return base, adv, st, run, agent.counter["tokens/verify"] - c0
+    base0, adv0, st0, run0, tok_off = go()
+    base, adv, st, run, tok_on = go(negative_credit=True)
+    rec = run.records[0]
+    sid, l = rec["sid"], rec["start"]
+    assert grp[sid].turns[l].action == "take key"                  # the builtin judge found the pivot
+    assert rec["delta"] == run0.records[0]["delta"]                # the main estimate is unchanged
+    (alt,) = rec["neg"]
+    assert alt["action"] == "go forward" and alt["delta"] == pytest.approx(-rec["sr_pre"])
+    fails = [i for i, tr in enumerate(grp) if not tr.won]
+    assert sorted(i for i, _ in alt["occ"]) == fails               # every failure skipped the key there
+    d = diff(base, adv)
+    pen = -rec["sr_pre"] if rec["sr_pre"] > 0 else 0.0
+    for i, u in alt["occ"]:
+        assert d.get((i, u), 0.0) == pytest.approx(pen)
+    assert st["prover/neg_alts"] == 1 and tok_on > tok_off         # the alternative's K continuations are counted
+    assert "negative credit: alternative `go forward`" in (tmp_path / "segments.md").read_text()
+
+
+def test_prover_plus_end_to_end_on_keydoor(kd, tmp_path):
+    from train import Run
+    spec, tok, pool = kd
+    agent = Agent(KnownPolicy(tok, 0.5), tok, spec)
+    p = pool(1.0, 0.0)
+    grp = _eligible_group(agent, p, 50, min_success=2)
+    adv = grpo.trajectory_advantages([grp])
+    base = [[list(t) for t in g] for g in adv]
+    run = Run(config.Config(env="keydoor", method="prover-plus", verify_k=8), agent, spec, {}, list(p), None,
+              str(tmp_path), step=1)
+    st = prover.credit_plus([grp], adv, run)                         # no judge given: the builtin is made
+    assert run.judge is not None and st["prover/proposals"] == 1
+    rec = run.records[0]
+    assert rec["paired"] and rec["test"] == "shrink" and rec["applied"]
+    assert len(rec["matched"]) == sum(tr.won for tr in grp) and st["prover/matched_trajs"] == len(rec["matched"]) - 1
+    want = max(rec["delta"] - rec["se"], 0.0)
+    assert rec["bonus"] == pytest.approx(want if rec["applied"] else 0.0)
+    d = diff(base, adv)
+    if rec["applied"]:
+        # matched: every success took the key from the same view; focus 0.5 on the judged one's rest
+        for i, tr in enumerate(grp):
+            if tr.won:
+                assert d[(i, pivot(tr))] == pytest.approx(want)
+        sid = rec["sid"]
+        for t in range(len(grp[sid].turns)):
+            if t != rec["start"]:
+                assert adv[0][sid][t] == pytest.approx(0.5 * base[0][sid][t])
+    else:
+        assert d == {}
+    text = (tmp_path / "segments.md").read_text()
+    assert "paired SE" in text and "matched scope" in text
