@@ -347,6 +347,24 @@ def log_row(tr: Trainer, row: dict, log, bar) -> None:
     log(f"step {row['step']} | train {row['train/success']:.3f} | "
         + (f"eval {row['eval/success']:.3f} | " if "eval/success" in row else "")
         + f"tok {row['tokens/rollout']}+{row['tokens/verify']}v+{row['tokens/judge']}j | {row['time/iter_s']:.1f}s")
+    failing = judge_failures(row)
+    if failing:
+        log(f"step {row['step']} | judge failing: {failing}")
+
+
+# drop reasons that mean the judge's endpoint, not the proposal, failed (chat.py's error strings)
+ENDPOINT_FAILURES = ("http", "endpoint timeout", "connection error", "timeout", "bad_response")
+
+
+def judge_failures(row: dict) -> str:
+    """'2 of 3 proposals dropped (connection error: 2)' when the judge's endpoint failed this
+    update, else '' — so a judge that is down is said on the console, not only counted."""
+    bad = {k.split("/", 2)[2]: v for k, v in row.items()
+           if k.startswith("prover/dropped/") and k.split("/", 2)[2].startswith(ENDPOINT_FAILURES) and v}
+    if not bad:
+        return ""
+    return (f"{sum(bad.values())} of {row.get('prover/proposals', 0)} proposals dropped ("
+            + ", ".join(f"{k}: {v}" for k, v in sorted(bad.items())) + ")")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -430,3 +430,32 @@ def test_keydoor_from_the_command_line(tmp_path, cache):
         r = run(["--env", "keydoor", *[a for b in bad for a in ("--env-opt", b)], "--out", str(tmp_path / "bad")], cache, timeout=60)
         assert r.returncode == 2 and word in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert time.time() - t0 < 30
+
+
+@pytest.mark.parametrize("flags, word", [
+    (["--iters", "-1"], "--iters"), (["--group-size", "1"], "--group-size"), (["--verify-k", "0"], "--verify-k"),
+    (["--model", os.path.join(ROOT, "README.md")], "is a file"), (["--model", "EMPTY_DIR"], "no config.json"),
+])
+def test_bad_config_is_one_line_before_anything_is_built(flags, word, tmp_path, cache):
+    """Every rule is checked before the warm start (no minutes of set-up, no run files)."""
+    flags = [str(tmp_path) if f == "EMPTY_DIR" else f for f in flags]
+    t0 = time.time()
+    r = run([*flags, "--out", str(tmp_path / "run")], cache, timeout=60)
+    assert r.returncode == 2 and word in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert time.time() - t0 < 30 and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_console_says_when_the_judge_endpoint_is_down(tmp_path, cache):
+    """An OpenAI judge on a closed port: every eligible group is dropped (bounded retries) and the
+    console says so each update, with the count and the reason."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]            # closed once released: connections are refused
+    r = run(["--env", "keydoor", "--env-opt", "rooms=3", "--iters", "2", "--eval-every", "0", "--workers", "1",
+             "--judge", "openai", "--judge-url", f"http://127.0.0.1:{port}/v1",
+             "--judge-model", "x", "--judge-timeout", "2", "--strict", "--out", str(tmp_path / "run")], cache)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = metrics(tmp_path / "run")
+    dropped = sum(v for row in rows for k, v in row.items() if k.startswith("prover/dropped/connection error"))
+    assert dropped > 0 and "judge failing:" in r.stdout + r.stderr and "connection error" in r.stdout + r.stderr
