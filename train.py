@@ -187,13 +187,13 @@ def rollout(tr: Trainer, step: int) -> list:
                           seed=seed, positions=mine)
 
 
-def credit(tr: Trainer, groups: list, adv: list, step: int, log) -> dict:
+def credit(tr: Trainer, groups: list, adv: list, step: int, log, saved: list | None = None) -> dict:
     """3. The method's credit on top of GRPO's advantages (in place). An error is confined to its
     group: the batch is retried group by group and a failing group keeps its GRPO advantages; the
     traceback goes to errors.log and the console says so (--strict re-raises instead)."""
     fn, run = METHODS[tr.cfg.method], tr.run
     run.step, run.proposals, run.records = step, [], []
-    saved = copy.deepcopy(adv)
+    saved = copy.deepcopy(adv) if saved is None else saved   # the GRPO advantages, untouched copy
     try:
         return fn(groups, adv, run) or {}
     except Exception as e:
@@ -201,7 +201,7 @@ def credit(tr: Trainer, groups: list, adv: list, step: int, log) -> dict:
             raise
         rundir.log_error(run.out, step, f"credit ({tr.cfg.method}), whole batch", e)
         log(f"step {step}: credit failed ({type(e).__name__}: {str(e)[:120]}); retrying group by group (errors.log)")
-    adv[:] = saved
+    adv[:] = copy.deepcopy(saved)             # a fresh copy: `saved` must stay the GRPO advantages
     run.proposals, run.records = [], []        # the failed attempt's entries are void
     n_groups, parts, errors = len(groups), [], 0
     for g in range(n_groups):
@@ -211,7 +211,7 @@ def credit(tr: Trainer, groups: list, adv: list, step: int, log) -> dict:
             parts.append(fn(sub_groups, sub_adv, run) or {})
         except Exception as e:
             errors += 1
-            adv[g] = saved[g]
+            adv[g] = copy.deepcopy(saved[g])
             del run.proposals[n_p:], run.records[n_r:]      # this group kept GRPO: nothing was credited
             rundir.log_error(run.out, step, f"credit ({tr.cfg.method}), group {g}", e)
             continue
@@ -409,7 +409,7 @@ def train(cfg: Config) -> str:
             adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty,
                                              cfg.inadmissible_penalty)                     # 2. GRPO advantages
             adv_grpo, t1 = copy.deepcopy(adv), time.time()
-            cstats = credit(tr, groups, adv, step, log)                                    # 3. the method's credit
+            cstats = credit(tr, groups, adv, step, log, adv_grpo)                          # 3. the method's credit
             t_credit = time.time() - t1
             lab_stats = lab.step_metrics(tr.probe, tr.model, groups, adv_grpo, adv, tr.run.proposals, cfg.method)
             ustats = update(tr, groups, adv, step)                                         # 4. PPO-clip update
