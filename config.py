@@ -29,7 +29,7 @@ class Config:
     env: str = "alfworld"
     """benchmark: alfworld | webshop | searchqa | keydoor (the credit lab: known pivotal decisions)"""
     method: str = "prover"
-    """credit assignment: prover | prover-plus (ProVer with --credit-scope matched --credit-test shrink --verify-crn --focus 0.5, which override those four flags; provisional until measured in the credit lab) | grpo | grpo-matched | gigpo | spo-chain | spo-tree | criticsearch"""
+    """credit assignment: prover | prover-plus (ProVer with every mixed group eligible, --judge-success judge and --credit-scope matched, which override those flags; see prover.py) | grpo | grpo-matched | gigpo | spo-chain | spo-tree | criticsearch"""
     judge: str = "builtin"
     """ProVer/CriticSearch judge backend: builtin | random | hf | openai"""
     model: str = ""

@@ -42,6 +42,26 @@ import compare  # noqa: E402  (bench/compare.py: METHOD_ARGS, run_train, finishe
 import paired  # noqa: E402
 
 METHODS = ["grpo", "grpo-matched", "prover", "prover-random", "gigpo", "spo-chain", "criticsearch"]
+# Lab variants beyond bench/compare.py's methods: prover-plus's three options spelled as flags (PP),
+# one option at a time on top, the cost arm (CRN + adaptive K from 4), GRPO at 3× the learning rate
+# (is a faster learner just a larger step?) and GRPO with prover-plus's extra generated tokens.
+PP = ["--method", "prover", "--max-success", "7", "--judge-success", "judge", "--credit-scope", "matched"]
+VARIANTS = {
+    "prover-allmixed": ["--method", "prover", "--max-success", "7"],
+    "prover-plus-flags": PP,
+    "prover-plus-neg": [*PP, "--negative-credit"],
+    "prover-plus-lam3": [*PP, "--lam", "3"],
+    "prover-plus-lam3-neg": [*PP, "--lam", "3", "--negative-credit"],
+    "prover-plus-lam3-focus0": [*PP, "--lam", "3", "--focus", "0"],
+    "prover-plus-ak-se": [*PP, "--verify-crn", "--verify-k", "4", "--verify-k-max", "16", "--credit-test", "se"],
+    # the first, unmeasured prover-plus (matched scope, shrink test, CRN, focus 0.5), as it ran
+    "prover-plus-v0": ["--method", "prover", "--credit-scope", "matched", "--credit-test", "shrink", "--verify-crn",
+                       "--focus", "0.5"],
+    "prover-plus-ak": ["--method", "prover-plus", "--verify-crn", "--verify-k", "4", "--verify-k-max", "16"],
+    "grpo-lr3x": ["--method", "grpo", "--lr", "3e-4"],
+    "grpo-matched-plus": ["--method", "grpo-matched", "--matched-extra", "1.6"],
+}
+ARGS = {**compare.METHOD_ARGS, **VARIANTS}
 Q_TARGET = 0.9
 
 
@@ -69,7 +89,7 @@ def launch(job, args) -> str:
     d = run_dir(args.out, rooms, method, seed)
     if compare.finished(d, args.iters):
         return "skipped (done)"
-    flags = [*env_flags(rooms, args), *compare.METHOD_ARGS[method], "--seed", str(seed), "--bc-seed", str(seed),
+    flags = [*env_flags(rooms, args), *ARGS[method], "--seed", str(seed), "--bc-seed", str(seed),
              "--iters", str(args.iters), "--eval-every", str(args.eval_every), "--eval-repeats", str(args.eval_repeats),
              "--checkpoint-every", str(args.eval_every), "--workers", "1", "--threads", "1"]
     if os.path.exists(os.path.join(d, "checkpoint", "state.json")):
@@ -96,15 +116,37 @@ def summarize(d: str, iters: int) -> dict | None:
         return None
     hit = next((r["step"] for r in tr if r.get("lab/q_key", 0.0) >= Q_TARGET), None)
     wall = sum(json.loads(line)["seconds"] for line in open(os.path.join(d, "wall.json"))) if os.path.exists(os.path.join(d, "wall.json")) else float("nan")
+    credited = sum(r.get("prover/credited", 0) for r in tr)
     return {"updates_to_q": hit if hit is not None else iters + 1, "reached": hit is not None,
             "q_key_final": tr[-1].get("lab/q_key"), "q_key_init": tr[0].get("lab/q_key"),
             "final_success": ev[-1]["eval/success"], "init_success": ev[0]["eval/success"],
             "judge_hit": mean_of(tr, "lab/judge_hit"), "accept_rate": mean_of(tr, "prover/accept_rate"),
             "credit_precision": mean_of(tr, "lab/credit_precision"),
             "tokens_per_update": sum(r.get("tokens/rollout", 0) + r.get("tokens/verify", 0) + r.get("tokens/judge", 0) for r in tr) / len(tr),
+            "verify_tokens_per_credit": sum(r.get("tokens/verify", 0) for r in tr) / credited if credited else None,
+            "credited_per_update": credited / len(tr),
             "env_steps_per_update": sum(r.get("env_steps/total", 0) for r in tr) / len(tr),
             "iter_seconds": sum(r.get("time/iter_s", 0) for r in tr) / len(tr), "wall_seconds": wall,
             "q_curve": [(r["step"], r.get("lab/q_key")) for r in tr]}
+
+
+def updates_to(curve: list[tuple[int, float]], target: float, censor: int) -> int:
+    """First update whose q_key reaches `target` (a curve that never does counts as `censor`)."""
+    return next((step for step, q in curve if q is not None and q >= target - 1e-9), censor)
+
+
+def to_reference_final(res: dict, rooms: int, method: str, iters: int) -> tuple[dict, dict]:
+    """Per seed: updates until `method` reaches GRPO's final q_key of the same seed, and the ratio
+    to GRPO's own updates to it (the issue's "≤ 0.6× GRPO's updates"; < 1 = faster than GRPO)."""
+    upd, ratio = {}, {}
+    for (ro, m, s), r in res.items():
+        g = res.get((ro, "grpo", s))
+        if ro != rooms or m != method or g is None:
+            continue
+        target = g["q_key_final"]
+        upd[s] = updates_to(r["q_curve"], target, iters + 1)
+        ratio[s] = upd[s] / updates_to(g["q_curve"], target, iters + 1)
+    return upd, ratio
 
 
 def optional(x, fmt="{:.2f}") -> str:
@@ -117,54 +159,66 @@ def report(args, jobs) -> str:
         r = summarize(run_dir(args.out, rooms, m, s), args.iters)
         if r is not None:
             res[(rooms, m, s)] = r
-    with open(os.path.join(args.out, "credit_lab.csv"), "w", newline="") as f:
+    with open(os.path.join(args.out, f"{args.name}.csv"), "w", newline="") as f:
         w = csv.writer(f)
         keys = [k for k in next(iter(res.values()), {}) if k != "q_curve"]
-        w.writerow(["rooms", "method", "seed", *keys])
+        w.writerow(["rooms", "method", "seed", *keys, "updates_to_grpo_final_q", "ratio_to_grpo"])
         for (rooms, m, s), r in sorted(res.items()):
-            w.writerow([rooms, m, s, *(r[k] for k in keys)])
+            upd, ratio = to_reference_final({k: v for k, v in res.items() if k[2] == s}, rooms, m, args.iters)
+            w.writerow([rooms, m, s, *(r[k] for k in keys), upd.get(s, ""), ratio.get(s, "")])
 
     def col(rooms, m, key):
         return {s: r[key] for (ro, mm, s), r in res.items() if ro == rooms and mm == m and r[key] is not None}
 
+    def cell_mean(rooms, m, key, fmt="{:.2f}"):
+        c = col(rooms, m, key)
+        return optional(paired.mean(list(c.values())) if c else None, fmt)
+
+    def delta(rooms, m, ref, key, scale=1.0, digits=1):
+        a, b = col(rooms, m, key), col(rooms, ref, key)
+        if m == ref or not a or not b:
+            return "–"
+        d = paired.paired(a, b)
+        return f"{paired.fmt(d, scale, digits=digits, sign=True)} ({paired.fmt_p(d.get('p'))})" if d["n"] else "–"
+
     lines = [f"Key-to-door, {args.iters} updates per run, paired seeds (the methods of a seed share its warm start and "
-             f"first rollouts). Cells: mean [95% bootstrap CI] (n seeds); Δ: paired difference to GRPO with the exact "
-             f"sign-flip p. Updates to q ≥ {Q_TARGET}: a run that never reaches it counts as {args.iters + 1}.\n"]
+             f"first rollouts). Cells: mean [95% bootstrap CI] (n seeds); Δ: paired difference with the exact sign-flip p. "
+             f"Updates to q ≥ {Q_TARGET}, and to GRPO's final q_key of the same seed: a run that never reaches it counts as "
+             f"{args.iters + 1}; × GRPO is the per-seed ratio to GRPO's own updates to that value (< 1 = faster).\n"]
     for rooms in args.rooms:
         if not any(k[0] == rooms for k in res):
             continue
+        vs = [v for v in args.versus if col(rooms, v, "q_key_final")]
         lines += [f"## rooms = {rooms}\n",
-                  "| method | updates to q ≥ 0.9 (reached) | Δ updates vs GRPO (p) | final q_key | Δ final q_key vs GRPO (p) | "
-                  "final success | Δ success vs GRPO (p) | judge hit | accept | credit precision | tokens / update (× GRPO) |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        g_upd, g_succ, g_tok = col(rooms, "grpo", "updates_to_q"), col(rooms, "grpo", "final_success"), col(rooms, "grpo", "tokens_per_update")
+                  "| method | updates to q ≥ 0.9 (reached) | updates to GRPO's final q (× GRPO) | final q_key | "
+                  + "".join(f"Δ final q_key vs {v} (p) | " for v in vs)
+                  + "final success | Δ success vs GRPO (p) | judge hit | accept | credit precision | credited / update | "
+                  "verify tokens / credited | tokens / update (× GRPO) |",
+                  "|" + "---|" * (12 + len(vs))]
+        g_tok = col(rooms, "grpo", "tokens_per_update")
         for m in args.methods:
             upd = col(rooms, m, "updates_to_q")
             if not upd:
                 continue
             reached = sum(col(rooms, m, "reached").values())
-            succ, tok = col(rooms, m, "final_success"), col(rooms, m, "tokens_per_update")
-            du = paired.paired(upd, g_upd) if m != "grpo" and g_upd else None
-            qk, g_qk = col(rooms, m, "q_key_final"), col(rooms, "grpo", "q_key_final")
-            dq = paired.paired(qk, g_qk) if m != "grpo" and g_qk else None
-            ds = paired.paired(succ, g_succ) if m != "grpo" and g_succ else None
+            succ, tok, qk = col(rooms, m, "final_success"), col(rooms, m, "tokens_per_update"), col(rooms, m, "q_key_final")
+            u_ref, ratio = to_reference_final(res, rooms, m, args.iters)
             tk = paired.mean(list(tok.values()))
             rel = f" ({tk / paired.mean(list(g_tok.values())):.2f}×)" if g_tok else ""
             lines.append(
                 f"| {m} | {paired.fmt(paired.summary(list(upd.values())))} ({reached}/{len(upd)}) | "
-                + (f"{paired.fmt(du, sign=True)} ({paired.fmt_p(du.get('p'))})" if du else "–") + " | "
+                + (f"{paired.fmt(paired.summary(list(u_ref.values())))} ({paired.fmt(paired.summary(list(ratio.values())), digits=2)})"
+                   if u_ref else "–") + " | "
                 f"{paired.fmt(paired.summary(list(qk.values())), digits=3)} | "
-                + (f"{paired.fmt(dq, digits=4, sign=True)} ({paired.fmt_p(dq.get('p'))})" if dq else "–") + " | "
-                f"{paired.fmt(paired.summary(list(succ.values())), 100)} | "
-                + (f"{paired.fmt(ds, 100, sign=True)} ({paired.fmt_p(ds.get('p'))})" if ds else "–") + " | "
-                f"{optional(paired.mean(list(col(rooms, m, 'judge_hit').values())) if col(rooms, m, 'judge_hit') else None)} | "
-                f"{optional(paired.mean(list(col(rooms, m, 'accept_rate').values())) if col(rooms, m, 'accept_rate') else None)} | "
-                f"{optional(paired.mean(list(col(rooms, m, 'credit_precision').values())) if col(rooms, m, 'credit_precision') else None)} | "
-                f"{tk:.0f}{rel} |")
+                + "".join(f"{delta(rooms, m, v, 'q_key_final', digits=4)} | " for v in vs)
+                + f"{paired.fmt(paired.summary(list(succ.values())), 100)} | {delta(rooms, m, 'grpo', 'final_success', 100)} | "
+                f"{cell_mean(rooms, m, 'judge_hit')} | {cell_mean(rooms, m, 'accept_rate')} | "
+                f"{cell_mean(rooms, m, 'credit_precision')} | {cell_mean(rooms, m, 'credited_per_update', '{:.1f}')} | "
+                f"{cell_mean(rooms, m, 'verify_tokens_per_credit', '{:.0f}')} | {tk:.0f}{rel} |")
         lines.append("")
     table = "\n".join(lines) + "\n"
-    with open(os.path.join(args.out, "credit_lab.md"), "w") as f:
-        f.write(f"# Credit lab\n\nCommand: `{' '.join(['python', 'bench/credit_lab.py', *sys.argv[1:]])}`\n\n{table}")
+    with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
+        f.write(f"# {args.title}\n\nCommand: `{' '.join(['python', 'bench/credit_lab.py', *sys.argv[1:]])}`\n\n{table}")
     plot(args, res, col)
     return table
 
@@ -201,14 +255,14 @@ def plot(args, res, col):
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "credit_lab.png"), dpi=90)
+    fig.savefig(os.path.join(args.out, f"{args.name}.png"), dpi=90)
     plt.close(fig)
 
 
 def main():
     p = argparse.ArgumentParser(description="credit lab: horizon sweep × methods × paired seeds on keydoor (resumable)")
     p.add_argument("--rooms", nargs="+", type=int, default=[4, 8, 16])
-    p.add_argument("--methods", nargs="+", choices=list(compare.METHOD_ARGS), default=METHODS)
+    p.add_argument("--methods", nargs="+", choices=list(ARGS), default=METHODS)
     p.add_argument("--seeds", nargs="+", type=int, default=list(range(10)))
     p.add_argument("--iters", type=int, default=40)
     p.add_argument("--eval-every", type=int, default=10)
@@ -216,9 +270,14 @@ def main():
     p.add_argument("--jobs", type=int, default=2, help="trainings side by side (one thread each)")
     p.add_argument("--out", default=os.path.join(ROOT, "results"))
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--versus", nargs="+", choices=list(ARGS), default=["grpo"],
+                   help="reference methods for the paired Δ final q_key columns (GRPO is always the cost and speed reference)")
+    p.add_argument("--name", default="credit_lab",
+                   help="the report's file stem: writes results/NAME.{md,csv,png}; the runs are shared in results/credit_lab/runs/")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: extra train.py flags for every run")
     args = p.parse_args()
     args.extra = [a for a in args.extra if a != "--"]
+    args.title = "Credit lab" if args.name == "credit_lab" else f"Credit lab: {args.name}"
     jobs = [(r, m, s) for r in args.rooms for s in args.seeds for m in args.methods]
     if not args.report_only:
         from tqdm import tqdm

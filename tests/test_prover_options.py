@@ -400,16 +400,19 @@ def test_prover_plus_is_registered_and_overrides(tmp_path, monkeypatch):
     import compare
     assert train.METHODS["prover-plus"] is prover.credit_plus and "prover-plus" in config.CHOICES["method"]
     assert compare.METHOD_ARGS["prover-plus"] == ["--method", "prover-plus"]
-    assert prover.PLUS == {"credit_scope": "matched", "credit_test": "shrink", "verify_crn": True, "focus": 0.5}
-    out = Outcomes([0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0])     # d_k = 1, 1, 0, 1: Δ̂ 0.75, paired SE 0.25
-    # the user's flags for PLUS's four are overridden; the run's config object is left alone
-    _, base, adv, st, run = run_credit(tmp_path, monkeypatch, out, plus=True, credit_scope="segment", focus=1.0)
-    assert out.calls[0]["crn"] is True and run.cfg.credit_scope == "segment"
-    d = diff(base, adv)
-    b = 0.75 - math.sqrt(sum((x - 0.75) ** 2 for x in [1.0, 1.0, 0.0, 1.0]) / 3 / 4)   # shrink: Δ̂ − paired SE
-    assert b == pytest.approx(0.5)
-    assert d[(0, 1)] == pytest.approx(b) and d[(2, 1)] == pytest.approx(b)              # matched (H = 1)
-    assert d[(0, 0)] == pytest.approx(-0.5 * base[0][0][0])                            # focus 0.5
+    assert prover.PLUS == {"max_success": prover.ALL_MIXED, "judge_success": "judge", "credit_scope": "matched"}
+    # the user's flags for PLUS's three are overridden (max 1 success would make this 2-of-5 group
+    # ineligible); the run's config object is left alone; the other options keep the paper's values
+    jd = FixedJudge(start=2, end=2, pick=3)                           # the judge names S3, turn 2 `take key`
+    out = Outcomes(PRE, POST)                                         # Δ̂ = 0.5
+    _, base, adv, st, run = run_credit(tmp_path, monkeypatch, out, jd, plus=True, max_success=1,
+                                       credit_scope="segment", judge_success="shortest")
+    assert st["prover/eligible"] == 1 and jd.calls == [(0, True)] and run.cfg.max_success == 1
+    assert out.calls[0]["crn"] is False and out.calls[0]["k_max"] == 0
+    # matched (H = 1): every run that took `take key` at B right after `go east` from A, the failure
+    # F2 included (it made the same verified decision), gets λ·Δ̂; nothing else changes (focus 1)
+    assert diff(base, adv) == {k: pytest.approx(0.5) for k in [(3, 2), (0, 1), (2, 1)]}
+    assert st["prover/matched_trajs"] == 2 and run.records[0]["sid"] == 3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -577,21 +580,15 @@ def test_prover_plus_end_to_end_on_keydoor(kd, tmp_path):
     st = prover.credit_plus([grp], adv, run)                         # no judge given: the builtin is made
     assert run.judge is not None and st["prover/proposals"] == 1
     rec = run.records[0]
-    assert rec["paired"] and rec["test"] == "shrink" and rec["applied"]
+    assert not rec.get("paired") and rec["test"] == "positive"
     assert len(rec["matched"]) == sum(tr.won for tr in grp) and st["prover/matched_trajs"] == len(rec["matched"]) - 1
-    want = max(rec["delta"] - rec["se"], 0.0)
+    want = rec["delta"]                                              # λ·Δ̂ with λ = 1 (the paper's test)
     assert rec["bonus"] == pytest.approx(want if rec["applied"] else 0.0)
     d = diff(base, adv)
     if rec["applied"]:
-        # matched: every success took the key from the same view; focus 0.5 on the judged one's rest
-        for i, tr in enumerate(grp):
-            if tr.won:
-                assert d[(i, pivot(tr))] == pytest.approx(want)
-        sid = rec["sid"]
-        for t in range(len(grp[sid].turns)):
-            if t != rec["start"]:
-                assert adv[0][sid][t] == pytest.approx(0.5 * base[0][sid][t])
+        # matched: every success took the key from the same view, and only those turns change
+        assert d == {(i, pivot(tr)): pytest.approx(want) for i, tr in enumerate(grp) if tr.won}
     else:
         assert d == {}
     text = (tmp_path / "segments.md").read_text()
-    assert "paired SE" in text and "matched scope" in text
+    assert "matched scope" in text and "Success chosen by the judge" in text
