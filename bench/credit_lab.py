@@ -223,11 +223,25 @@ def report(args, jobs) -> str:
     return table
 
 
+def delta_curve(res: dict, rooms: int, method: str) -> list[tuple[int, dict]]:
+    """Per update t: the paired q_key(method, t) − q_key(GRPO, t) over the seeds both have (summary
+    with CI) — where in training a method's credit moves the pivotal decision."""
+    by_seed = {s: dict(r["q_curve"]) for (ro, m, s), r in res.items() if ro == rooms and m == method}
+    ref = {s: dict(r["q_curve"]) for (ro, m, s), r in res.items() if ro == rooms and m == "grpo"}
+    seeds = sorted(set(by_seed) & set(ref))
+    if not seeds:
+        return []
+    steps = sorted(set.intersection(*(set(by_seed[s]) & set(ref[s]) for s in seeds)))
+    return [(t, paired.summary([by_seed[s][t] - ref[s][t] for s in seeds])) for t in steps]
+
+
 def plot(args, res, col):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    curve_rooms = args.curve_rooms or max(args.rooms)
+    fig, ax = plt.subplots(1, 3, figsize=(16, 4.2))
+    colors = {m: f"C{i % 10}" for i, m in enumerate(args.methods)}       # one colour per method in every panel
     for m in args.methods:
         xs, ys, lo, hi = [], [], [], []
         for rooms in args.rooms:
@@ -240,17 +254,25 @@ def plot(args, res, col):
             lo.append(s["mean"] - s.get("lo", s["mean"]))
             hi.append(s.get("hi", s["mean"]) - s["mean"])
         if xs:
-            ax[0].errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=m)
-        curves = [r["q_curve"] for (ro, mm, s), r in res.items() if mm == m and ro == max(args.rooms)]
+            ax[0].errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=m, color=colors[m])
+        curves = [r["q_curve"] for (ro, mm, s), r in res.items() if mm == m and ro == curve_rooms]
         if curves:
             n = min(len(c) for c in curves)
             ax[1].plot([curves[0][i][0] for i in range(n)], [sum(c[i][1] for c in curves) / len(curves) for i in range(n)],
-                       label=f"{m} (n={len(curves)})")
+                       label=f"{m} (n={len(curves)})", color=colors[m])
+        dc = delta_curve(res, curve_rooms, m) if m != "grpo" else []
+        if dc and dc[0][1]["n"] >= 2:
+            t = [x for x, _ in dc]
+            ax[2].plot(t, [d["mean"] for _, d in dc], label=f"{m} (n={dc[0][1]['n']})", color=colors[m])
+            ax[2].fill_between(t, [d["lo"] for _, d in dc], [d["hi"] for _, d in dc], color=colors[m], alpha=0.15)
     ax[0].set_xlabel("rooms (horizon)")
     ax[0].set_ylabel(f"updates until q_key ≥ {Q_TARGET} (95% CI)")
     ax[0].set_xscale("log", base=2)
     ax[1].set_xlabel("policy updates")
-    ax[1].set_ylabel(f"q_key, rooms = {max(args.rooms)} (mean over seeds)")
+    ax[1].set_ylabel(f"q_key, rooms = {curve_rooms} (mean over seeds)")
+    ax[2].axhline(0.0, color="k", lw=0.8)
+    ax[2].set_xlabel("policy updates")
+    ax[2].set_ylabel(f"paired Δ q_key vs GRPO, rooms = {curve_rooms} (95% CI)")
     for a in ax:
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
@@ -272,6 +294,8 @@ def main():
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--versus", nargs="+", choices=list(ARGS), default=["grpo"],
                    help="reference methods for the paired Δ final q_key columns (GRPO is always the cost and speed reference)")
+    p.add_argument("--curve-rooms", type=int, default=0,
+                   help="the horizon whose q_key curves the plot's right panels show (default: the largest of --rooms)")
     p.add_argument("--name", default="credit_lab",
                    help="the report's file stem: writes results/NAME.{md,csv,png}; the runs are shared in results/credit_lab/runs/")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: extra train.py flags for every run")

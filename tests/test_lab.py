@@ -119,6 +119,39 @@ def project_imports() -> dict[str, set[str]]:
 DOCUMENTED = {frozenset({"envs", "keydoor"}), frozenset({"envs", "webshop"}), frozenset({"envs", "searchqa"})}
 
 
+def test_credit_lab_speed_columns_on_hand_made_curves(tmp_path):
+    """bench/credit_lab.py: updates to GRPO's final q_key of the same seed (censored at iters + 1),
+    the per-seed ratio to GRPO's own updates, and the paired Δ q_key curve; and summarize() reads
+    a run's metrics.jsonl as train.py writes it."""
+    import credit_lab
+    curve = lambda qs: [(t + 1, q) for t, q in enumerate(qs)]              # noqa: E731
+    res = {(4, "grpo", 0): {"q_curve": curve([0.5, 0.6, 0.7, 0.8]), "q_key_final": 0.8},
+           (4, "grpo", 1): {"q_curve": curve([0.5, 0.55, 0.6, 0.6]), "q_key_final": 0.6},   # reaches 0.6 at 3
+           (4, "fast", 0): {"q_curve": curve([0.6, 0.8, 0.8, 0.9]), "q_key_final": 0.9},
+           (4, "fast", 1): {"q_curve": curve([0.5, 0.5, 0.5, 0.5]), "q_key_final": 0.5},     # never: censored
+           (8, "fast", 0): {"q_curve": curve([0.9, 0.9, 0.9, 0.9]), "q_key_final": 0.9}}    # no GRPO at rooms 8
+    upd, ratio = credit_lab.to_reference_final(res, 4, "fast", iters=4)
+    assert upd == {0: 2, 1: 5} and ratio == {0: 2 / 4, 1: 5 / 3}
+    assert credit_lab.to_reference_final(res, 8, "fast", iters=4) == ({}, {})
+    dc = credit_lab.delta_curve(res, 4, "fast")
+    assert [t for t, _ in dc] == [1, 2, 3, 4]
+    assert [round(d["mean"], 6) for _, d in dc] == [round(((0.6 - 0.5) + 0.0) / 2, 6), round((0.2 - 0.05) / 2, 6),
+                                                    round((0.1 - 0.1) / 2, 6), round((0.1 - 0.1) / 2, 6)]
+    # summarize: a finished run's metrics as train.py writes them (step 0 = the warm start's evaluation)
+    d = tmp_path / "run"
+    d.mkdir()
+    rows = [{"step": 0, "eval/success": 0.4, "lab/q_key": 0.3},
+            {"step": 1, "lab/q_key": 0.5, "tokens/rollout": 100, "tokens/verify": 50, "prover/credited": 2},
+            {"step": 2, "lab/q_key": 0.95, "tokens/rollout": 100, "tokens/verify": 150, "prover/credited": 0,
+             "eval/success": 0.7}]
+    (d / "metrics.jsonl").write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    r = credit_lab.summarize(str(d), iters=2)
+    assert r["updates_to_q"] == 2 and r["reached"] and r["q_key_final"] == 0.95 and r["final_success"] == 0.7
+    assert r["verify_tokens_per_credit"] == 200 / 2 and r["credited_per_update"] == 1.0
+    assert r["tokens_per_update"] == (150 + 250) / 2
+    assert credit_lab.summarize(str(d), iters=3) is None                  # not finished: not reported
+
+
 def test_no_import_circles_but_the_env_registry():
     g = project_imports()
     cycles = []
