@@ -3,6 +3,8 @@
     python bench/credit_lab.py                                   # rooms 4, 8, 16 × 7 methods × 10 seeds
     python bench/credit_lab.py --rooms 4 8 --methods grpo prover prover-random --seeds 0 1 2 3
     python bench/credit_lab.py --report-only                     # rebuild the table and plot
+    python bench/credit_lab.py --name prover_plus --rooms 4 --methods grpo prover prover-plus prover-plus-ak \
+        --versus grpo prover                                     # ProVer's options (results/prover_plus.*)
 
 In `keydoor` (keydoor.py) the pivotal decision is known: `take key` in the first room; the door at
 the end of a corridor of `rooms` rooms opens with p_key if the key is held, else p_nokey, drawn
@@ -15,15 +17,21 @@ from its metrics.jsonl:
     updates to q ≥ 0.9   first update where lab/q_key (the policy's exact probability of taking
                          the key on fixed pivot-room prompts) reaches 0.9; a run that never does
                          counts as --iters + 1 (censored; the table says how many reached it)
+    updates to GRPO's    first update where q_key reaches GRPO's final q_key of the same seed, and
+      final q            the per-seed ratio to GRPO's own updates to it (< 1 = faster than GRPO)
     final success        held-out success at the last update
     judge hit / accept   share of ProVer's proposals containing the key turn (lab/judge_hit), and
                          of verified proposals with Δ̂ > 0 (prover/accept_rate), builtin vs random
     credit precision     share of the method's per-turn credit mass on pivotal turns (lab.py)
-    cost                 generated tokens (rollout + verify + judge) and env steps per update
+    cost                 generated tokens (rollout + verify + judge) and env steps per update;
+                         credited segments per update and verification tokens per credited one
 
-Per horizon and method against GRPO: the paired differences (bench/paired.py: mean, 95%
-bootstrap CI, exact sign-flip p). Writes results/credit_lab.{md,csv,png}; runs live in
-results/credit_lab/runs/ and finished ones are reused, so the study can be built over sittings.
+Per horizon and method against GRPO (and each --versus method): the paired differences
+(bench/paired.py: mean, 95% bootstrap CI, exact sign-flip p). Writes results/NAME.{md,csv,png}
+(--name, default credit_lab; the plot: updates-to-threshold vs horizon, mean q_key curves, and
+the paired Δ q_key vs GRPO at every update with its CI); runs live in results/credit_lab/runs/,
+shared by every report, and finished ones are reused, so a study can be built over sittings.
+Besides bench/compare.py's methods, VARIANTS below names the lab's option variants.
 """
 from __future__ import annotations
 
@@ -241,8 +249,9 @@ def plot(args, res, col):
     import matplotlib.pyplot as plt
     curve_rooms = args.curve_rooms or max(args.rooms)
     fig, ax = plt.subplots(1, 3, figsize=(16, 4.2))
-    colors = {m: f"C{i % 10}" for i, m in enumerate(args.methods)}       # one colour per method in every panel
-    for m in args.methods:
+    shown = args.plot_methods or args.methods
+    colors = {m: f"C{i % 10}" for i, m in enumerate(shown)}       # one colour per method in every panel
+    for m in shown:
         xs, ys, lo, hi = [], [], [], []
         for rooms in args.rooms:
             v = list(col(rooms, m, "updates_to_q").values())
@@ -294,6 +303,8 @@ def main():
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--versus", nargs="+", choices=list(ARGS), default=["grpo"],
                    help="reference methods for the paired Δ final q_key columns (GRPO is always the cost and speed reference)")
+    p.add_argument("--plot-methods", nargs="+", choices=list(ARGS), default=None,
+                   help="the methods the plot shows (default: all of --methods; the tables always have all)")
     p.add_argument("--curve-rooms", type=int, default=0,
                    help="the horizon whose q_key curves the plot's right panels show (default: the largest of --rooms)")
     p.add_argument("--name", default="credit_lab",
