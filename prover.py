@@ -70,12 +70,11 @@ history length. The prompt view of turn t of trajectory j is what the compact pr
     1..3 successes; in about half of those the shortest success is a lucky run that never took the
     key, so the judge finds no decision the failures lacked and the group is dropped; and a
     credited segment reaches one rollout of eight. The three options together raise the credited
-    key turns per update by an order of magnitude. Measured there in screens, the others did not add to
-    that: a larger λ, --focus and --negative-credit left learning speed where it was (with Adam at a
-    fixed learning rate more advantage on a few tokens changes the update's direction more than
-    its size), and --credit-test se|shrink with K = 8 drops most of the credit. The paired study
-    (results/prover_plus.md, made by the command there) is the evidence; bench/credit_lab.py
-    --name prover_plus re-runs it.
+    key turns per update by an order of magnitude, at about 2.5× GRPO's generated tokens there.
+    The other options are left to the user: --lam 3 with --negative-credit on top triples the
+    early gain at the shorter horizon (measured there only) but not the end of training, --focus
+    added nothing in screens, and --credit-test se|shrink credit fewer segments. results/prover_plus.md has the paired study (its command at the top;
+    bench/credit_lab.py --name prover_plus re-runs it).
 
 Cost of the options, all counted: continuations (every round, every alternative) under
 `tokens/verify` / `env_steps/verify`; the judge's choice of success adds its searches (builtin) or

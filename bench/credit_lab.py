@@ -197,12 +197,16 @@ def report(args, jobs) -> str:
         if not any(k[0] == rooms for k in res):
             continue
         vs = [v for v in args.versus if col(rooms, v, "q_key_final")]
+        mid = {key: dict(r["q_curve"]).get(args.mid_update) for key, r in res.items()}
+        for key, q in mid.items():
+            res[key]["q_key_mid"] = q
         lines += [f"## rooms = {rooms}\n",
-                  "| method | updates to q ≥ 0.9 (reached) | updates to GRPO's final q (× GRPO) | final q_key | "
+                  "| method | updates to q ≥ 0.9 (reached) | updates to GRPO's final q (× GRPO) | "
+                  f"Δ q_key vs GRPO at update {args.mid_update} (p) | final q_key | "
                   + "".join(f"Δ final q_key vs {v} (p) | " for v in vs)
                   + "final success | Δ success vs GRPO (p) | judge hit | accept | credit precision | credited / update | "
                   "verify tokens / credited | tokens / update (× GRPO) |",
-                  "|" + "---|" * (12 + len(vs))]
+                  "|" + "---|" * (13 + len(vs))]
         g_tok = col(rooms, "grpo", "tokens_per_update")
         for m in args.methods:
             upd = col(rooms, m, "updates_to_q")
@@ -217,6 +221,7 @@ def report(args, jobs) -> str:
                 f"| {m} | {paired.fmt(paired.summary(list(upd.values())))} ({reached}/{len(upd)}) | "
                 + (f"{paired.fmt(paired.summary(list(u_ref.values())))} ({paired.fmt(paired.summary(list(ratio.values())), digits=2)})"
                    if u_ref else "–") + " | "
+                f"{delta(rooms, m, 'grpo', 'q_key_mid', digits=4)} | "
                 f"{paired.fmt(paired.summary(list(qk.values())), digits=3)} | "
                 + "".join(f"{delta(rooms, m, v, 'q_key_final', digits=4)} | " for v in vs)
                 + f"{paired.fmt(paired.summary(list(succ.values())), 100)} | {delta(rooms, m, 'grpo', 'final_success', 100)} | "
@@ -303,6 +308,8 @@ def main():
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--versus", nargs="+", choices=list(ARGS), default=["grpo"],
                    help="reference methods for the paired Δ final q_key columns (GRPO is always the cost and speed reference)")
+    p.add_argument("--mid-update", type=int, default=10,
+                   help="the update of the table's mid-training Δ q_key column (credit often shows early, before GRPO catches up)")
     p.add_argument("--plot-methods", nargs="+", choices=list(ARGS), default=None,
                    help="the methods the plot shows (default: all of --methods; the tables always have all)")
     p.add_argument("--curve-rooms", type=int, default=0,
