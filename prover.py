@@ -70,10 +70,10 @@ history length. The prompt view of turn t of trajectory j is what the compact pr
     1..3 successes; in about half of those the shortest success is a lucky run that never took the
     key, so the judge finds no decision the failures lacked and the group is dropped; and a
     credited segment reaches one rollout of eight. The three options together raise the credited
-    key turns per update by an order of magnitude, at about 2.5× GRPO's generated tokens there.
-    The other options are left to the user: --lam 3 with --negative-credit on top triples the
-    early gain (10 seeds at rooms 4, 5 at rooms 8) but not the end of training, --focus
-    added nothing in screens, and --credit-test se|shrink credit fewer segments. results/prover_plus.md has the paired study (its command at the top;
+    key turns per update by an order of magnitude, for more verification tokens. The other
+    options are left to the user: --lam 3 with --negative-credit on top raises the early gain
+    further but not the end of training, --focus added nothing in screens, and --credit-test
+    se|shrink credit fewer segments. results/prover_plus.md has the paired study (its command at the top;
     bench/credit_lab.py --name prover_plus re-runs it).
 
 Cost of the options, all counted: continuations (every round, every alternative) under

@@ -166,13 +166,15 @@ def report(args, jobs) -> str:
     for rooms, m, s in jobs:
         r = summarize(run_dir(args.out, rooms, m, s), args.iters)
         if r is not None:
+            r["q_key_mid"] = dict(r["q_curve"]).get(args.mid_update)       # q_key at --mid-update
             res[(rooms, m, s)] = r
+    speed = {(rooms, m): to_reference_final(res, rooms, m, args.iters) for rooms, m, _ in res}
     with open(os.path.join(args.out, f"{args.name}.csv"), "w", newline="") as f:
         w = csv.writer(f)
         keys = [k for k in next(iter(res.values()), {}) if k != "q_curve"]
         w.writerow(["rooms", "method", "seed", *keys, "updates_to_grpo_final_q", "ratio_to_grpo"])
         for (rooms, m, s), r in sorted(res.items()):
-            upd, ratio = to_reference_final({k: v for k, v in res.items() if k[2] == s}, rooms, m, args.iters)
+            upd, ratio = speed[(rooms, m)]
             w.writerow([rooms, m, s, *(r[k] for k in keys), upd.get(s, ""), ratio.get(s, "")])
 
     def col(rooms, m, key):
@@ -197,9 +199,6 @@ def report(args, jobs) -> str:
         if not any(k[0] == rooms for k in res):
             continue
         vs = [v for v in args.versus if col(rooms, v, "q_key_final")]
-        mid = {key: dict(r["q_curve"]).get(args.mid_update) for key, r in res.items()}
-        for key, q in mid.items():
-            res[key]["q_key_mid"] = q
         lines += [f"## rooms = {rooms}\n",
                   "| method | updates to q ≥ 0.9 (reached) | updates to GRPO's final q (× GRPO) | "
                   f"Δ q_key vs GRPO at update {args.mid_update} (p) | final q_key | "
@@ -214,7 +213,7 @@ def report(args, jobs) -> str:
                 continue
             reached = sum(col(rooms, m, "reached").values())
             succ, tok, qk = col(rooms, m, "final_success"), col(rooms, m, "tokens_per_update"), col(rooms, m, "q_key_final")
-            u_ref, ratio = to_reference_final(res, rooms, m, args.iters)
+            u_ref, ratio = speed[(rooms, m)]
             tk = paired.mean(list(tok.values()))
             rel = f" ({tk / paired.mean(list(g_tok.values())):.2f}×)" if g_tok else ""
             lines.append(
