@@ -83,6 +83,10 @@ the longer prompt and answer (LLM judges) to `tokens/judge`. The matching, the c
 tests), prover/matched_turns / matched_trajs, prover/verify_k_mean and prover/crn_se_mean,
 prover/neg_*, prover/success_chosen, prover/success_fallback/*.
 
+An endpoint that refuses a connection (after its own retries and backoff) is not asked again in
+the same update: the update's remaining eligible groups are dropped with the same reason, so a dead
+judge costs one proposal's backoff per update rather than one per group.
+
 Everything spent is counted: judge tokens under `tokens/judge`, continuations under
 `tokens/verify` / `env_steps/verify`. Each proposal — applied or not, or dropped with its reason —
 is written to `segments.md` in the run directory so a reader can see which decisions got credit
@@ -182,13 +186,21 @@ def credit(groups, adv, run, overrides: dict | None = None) -> dict:
     deltas: list[float] = []
     report: list[str] = []
     extra: dict[str, list[float]] = {"bonus": [], "k": [], "crn_se": []}
+    refused = None       # the judge's endpoint refused a connection in this update (see below)
     for g, group in enumerate(groups):
         if not eligible(group, cfg.min_success, cfg.max_success):
             continue
         st["eligible"] += 1
         sid = shortest_success(group)
         # 2. propose
-        if cfg.judge_success == "judge":
+        if refused is not None:
+            # An endpoint that refused a connection (after its retries and backoff) is down: asking
+            # again for each remaining group would only add ~14 s of backoff each. The rest of this
+            # update's groups are dropped with the same reason; the next update tries again.
+            jr = dataclasses.replace(refused, reason=f"{refused.reason_key}: skipped, the endpoint "
+                                     "refused a connection earlier in this update", prompt_tokens=0,
+                                     completion_tokens=0, transcript=[], tool_calls=0)
+        elif cfg.judge_success == "judge":
             shortest = sid
             jr = run.judge.propose(group, sid, choose_success=True)
             if jr.success_id is not None and 0 <= jr.success_id < len(group) and group[jr.success_id].won:
@@ -202,6 +214,8 @@ def credit(groups, adv, run, overrides: dict | None = None) -> dict:
         agent.counter["tokens/judge_prompt"] += jr.prompt_tokens
         st["proposals"] += 1
         if jr.proposal is None:
+            if jr.reason_key == "connection error":
+                refused = jr
             st["dropped"] += 1
             st[f"dropped/{getattr(jr, 'reason_key', None) or jr.reason}"] += 1
             report.append(segment_report(run.step, group, sid, jr, None, False))

@@ -446,16 +446,37 @@ def test_bad_config_is_one_line_before_anything_is_built(flags, word, tmp_path, 
 
 
 def test_console_says_when_the_judge_endpoint_is_down(tmp_path, cache):
-    """An OpenAI judge on a closed port: every eligible group is dropped (bounded retries) and the
-    console says so each update, with the count and the reason."""
+    """An OpenAI judge whose endpoint drops every connection (a real listener on 127.0.0.1 that
+    accepts and closes): every eligible group is dropped, the console says so each update with the
+    count and the reason, and the endpoint is asked for one proposal per update only (its 1 + 3
+    retried attempts), not once per eligible group."""
     import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]            # closed once released: connections are refused
-    r = run(["--env", "keydoor", "--env-opt", "rooms=3", "--iters", "2", "--eval-every", "0", "--workers", "1",
-             "--judge", "openai", "--judge-url", f"http://127.0.0.1:{port}/v1",
-             "--judge-model", "x", "--judge-timeout", "2", "--strict", "--out", str(tmp_path / "run")], cache)
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    port, hits = srv.getsockname()[1], []
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            hits.append(1)
+            c.close()
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        r = run(["--env", "keydoor", "--env-opt", "rooms=3", "--iters", "2", "--eval-every", "0", "--workers", "1",
+                 "--judge", "openai", "--judge-url", f"http://127.0.0.1:{port}/v1",
+                 "--judge-model", "x", "--judge-timeout", "2", "--strict", "--out", str(tmp_path / "run")], cache)
+    finally:
+        srv.close()
     assert r.returncode == 0, r.stderr[-3000:]
     rows = metrics(tmp_path / "run")
     dropped = sum(v for row in rows for k, v in row.items() if k.startswith("prover/dropped/connection error"))
+    eligible = sum(row.get("prover/eligible", 0) for row in rows)
+    updates = sum(1 for row in rows if row.get("prover/eligible", 0) > 0)
+    assert dropped == eligible > updates, rows      # several groups per update, all dropped
+    assert len(hits) == 4 * updates, (len(hits), updates)
     assert dropped > 0 and "judge failing:" in r.stdout + r.stderr and "connection error" in r.stdout + r.stderr
