@@ -36,6 +36,9 @@ def env_setup(cfg, log):
     eval_split = cfg.eval_split or spec.splits[1]
     if eval_split not in spec.splits:
         raise ValueError(f"--eval-split {eval_split!r}: env {cfg.env} has splits {list(spec.splits)}")
+    if cfg.eval_episodes == 0 and not spec.num_tasks(eval_split):
+        raise ValueError(f"--eval-episodes 0 (the whole split): {cfg.env}'s split {eval_split!r} is generated, "
+                         "not finite; give a number of tasks")
     return spec, kw, backend_line, eval_split
 
 

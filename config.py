@@ -46,7 +46,8 @@ class Config:
     eval_every: int = 10
     """evaluate every N updates (0 = never)"""
     eval_episodes: int = 128
-    """held-out episodes per evaluation (N tasks spread evenly over the eval split, all task types)"""
+    """held-out tasks per evaluation (N spread evenly over the eval split, all task types; 0 = every
+    task of a finite split, as the paper evaluates)"""
     eval_split: str = ""
     """held-out split (default: the env's first held-out split, e.g. valid_seen)"""
     eval_repeats: int = 1
@@ -288,7 +289,7 @@ def parse_args(argv=None) -> Config:
 RULES = [
     ("iters", lambda v: v >= 0, ">= 0"), ("group_size", lambda v: v >= 2, ">= 2 (a group needs two rollouts to compare)"),
     ("tasks_per_iter", lambda v: v >= 1, ">= 1"), ("eval_every", lambda v: v >= 0, ">= 0 (0 = never)"),
-    ("eval_episodes", lambda v: v >= 1, ">= 1"), ("eval_repeats", lambda v: v >= 1, ">= 1"),
+    ("eval_episodes", lambda v: v >= 0, ">= 0 (0 = the whole split)"), ("eval_repeats", lambda v: v >= 1, ">= 1"),
     ("eval_temperature", lambda v: v > 0, "> 0"), ("temperature", lambda v: v > 0, "> 0"),
     ("checkpoint_every", lambda v: v >= 0, ">= 0 (0 = auto)"), ("max_steps", lambda v: v >= 0, ">= 0 (0 = the benchmark's)"),
     ("history_len", lambda v: v >= 0, ">= 0"), ("lr", lambda v: v > 0, "> 0"),

@@ -155,7 +155,8 @@ def evaluate(tr: Trainer) -> dict:
     world-th task and the results are gathered; episode seeds come from the task's global position,
     so the result does not depend on the number of workers. Every rank must call it."""
     cfg, agent, spec = tr.cfg, tr.run.agent, tr.run.spec
-    tasks = spread_tasks(spec.num_tasks(tr.eval_split), cfg.eval_episodes)   # every task type in proportion
+    n_split = spec.num_tasks(tr.eval_split)
+    tasks = spread_tasks(n_split, cfg.eval_episodes or n_split)   # every task type in proportion (0: all)
     mine = list(range(tr.rank, len(tasks), tr.world))
     R = cfg.eval_repeats
     while len(tr.eval_envs) < len(mine) * R:
@@ -169,7 +170,7 @@ def evaluate(tr: Trainer) -> dict:
     eps = [e for p in parts for e in p["eps"]]
     n = len(eps)
     m = {"eval/success": sum(e[0] for e in eps) / n, "eval/score": sum(e[1] for e in eps) / n,
-         "eval/episode_len": sum(e[2] for e in eps) / n, "tokens/eval": sum(p["tokens"] for p in parts)}
+         "eval/episode_len": sum(e[2] for e in eps) / n, "eval/episodes": n, "tokens/eval": sum(p["tokens"] for p in parts)}
     by: dict = {}
     for e in eps:
         by.setdefault(e[3], []).append(e[0])

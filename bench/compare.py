@@ -1,7 +1,7 @@
 """bench/compare.py — the paper's comparison at laptop scale: methods × environments × paired seeds, with cost.
 
     python bench/compare.py                       # default preset: ALFWorld, grpo vs prover, 3 seeds
-    python bench/compare.py --full                # every method on every env
+    python bench/compare.py --full                # the paper's table: every method on every env (below)
     python bench/compare.py --methods grpo prover prover-random --envs keydoor --seeds 0 1 2 3 4 5 \
         --iters 40 --eval-repeats 4 -- --env-opt rooms=8
 
@@ -16,12 +16,26 @@ Each (env, method, seed) run lives in `<out>/runs/<env>-<method>-s<seed>`; `--jo
 side (one CPU thread each). Finished runs are reused and interrupted ones resumed (`--resume`), so
 a long study is built up over several sittings by re-running the same command.
 
+`--full` is the paper's comparison at laptop scale: grpo, grpo-matched, prover, prover-random,
+prover-plus, gigpo, spo-chain, spo-tree and criticsearch on built-in ALFWorld, WebShop and SearchQA
+at each env's defaults, 50 updates, the final evaluation on the whole held-out split played 4 times
+(`--eval-episodes 0 --eval-repeats 4`), 4 paired seeds per cell and 10 for grpo, prover and
+prover-plus on ALFWorld (`--cell-seeds`). Runs go seed by seed, so an interrupted study already
+holds complete paired seeds. A run directory made under another protocol (other evaluation, other
+--iters) is refused with one line, never silently reused.
+
 Writes:
   <out>/compare.csv      one row per run: final held-out success/score, costs per update, wall time
   <out>/compare.md       per env: each method's final held-out success (mean [95% CI] (n)), its
-                         paired difference to GRPO with CI and p, generated tokens and env steps
-                         per update × GRPO; the average over envs and the relative change to GRPO
+                         paired difference to GRPO with CI and p, the costs per update (policy
+                         tokens = rollout + verification continuations, the paper's "generated
+                         policy tokens"; judge tokens; env steps; seconds), each × GRPO, and the
+                         judge's acceptance rate (share of verified proposals with Δ̂ > 0); the
+                         average over envs with its relative change to GRPO (the paper's headline
+                         form) and its paired difference; the paper's figures beside ours
   <out>/compare_updates.png, <out>/compare_tokens.png   held-out success vs updates / tokens
+                         (mean over seeds, band: 95% CI of the mean)
+  <out>/compare_delta.png  per env, each method's paired difference to GRPO with its 95% CI
 The final held-out reading is the evaluation at the last update (`--eval-repeats R` plays every
 evaluation task R times with different sampling seeds, for a less noisy reading).
 """
@@ -44,10 +58,22 @@ METHOD_ARGS = {
     "gigpo": ["--method", "gigpo"], "spo-chain": ["--method", "spo-chain"], "spo-tree": ["--method", "spo-tree"],
     "criticsearch": ["--method", "criticsearch"], "prover-plus": ["--method", "prover-plus"],
 }
-DEFAULT = dict(envs=["alfworld"], methods=["grpo", "prover"], seeds=[0, 1, 2], iters=80)
+DEFAULT = dict(envs=["alfworld"], methods=["grpo", "prover"], seeds=[0, 1, 2], iters=80, eval_every=10,
+               eval_episodes=64, eval_repeats=1, cell_seeds=[])
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import paired  # noqa: E402  (bench/paired.py)
-FULL = dict(envs=["alfworld", "webshop", "searchqa"], methods=list(METHOD_ARGS), seeds=[0, 1, 2], iters=60)
+FULL = dict(envs=["alfworld", "webshop", "searchqa"], methods=list(METHOD_ARGS), seeds=[0, 1, 2, 3], iters=50,
+            eval_every=25, eval_episodes=0, eval_repeats=4,
+            cell_seeds=["alfworld/grpo=10", "alfworld/prover=10", "alfworld/prover-plus=10"])
+# the train.py settings a finished run must share with the study to be reused (config.json keys)
+PROTOCOL = ("env", "method", "judge", "seed", "eval_every", "eval_episodes", "eval_repeats")
+# The paper's figures (Qwen3.5-4B unless said; ../shared/reference/prover_paper.md), printed beside ours
+PAPER = {
+    "headline": "ProVer +7.12% (4B) / +9.91% (2B) relative to GRPO on the average over the three benchmarks; "
+                "budget-matched GRPO −0.5% / −0.9%",
+    "policy_tokens": {"alfworld": "+2.4%", "webshop": "+11.6%", "searchqa": "+16.8%"},
+    "acceptance": "SearchQA: random segments 19.5%, LLM judges 58.5–72.4%",
+}
 
 
 def run_dir(out, env, method, seed):
@@ -87,6 +113,53 @@ def launch(job, args) -> tuple:
     return job, rc, f"rc={rc} in {secs:.0f}s"
 
 
+def protocol_clash(d: str, job, args) -> str | None:
+    """'eval_episodes=64 (this study: 0)' when the run directory's config.json was made under
+    another protocol than this study's (so its numbers would not be comparable); None if it agrees
+    or does not exist yet."""
+    p = os.path.join(d, "config.json")
+    if not os.path.exists(p):
+        return None
+    have = json.load(open(p))
+    env, method, seed = job
+    i = METHOD_ARGS[method].index("--judge") + 1 if "--judge" in METHOD_ARGS[method] else None
+    want = {"env": env, "method": METHOD_ARGS[method][1], "judge": METHOD_ARGS[method][i] if i else None,
+            "seed": seed, "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
+            "eval_repeats": args.eval_repeats}
+    for k in PROTOCOL:
+        if want[k] is not None and k in have and have[k] != want[k]:
+            return f"{k}={have[k]} (this study: {want[k]})"
+    st = os.path.join(d, "checkpoint", "state.json")
+    if os.path.exists(st) and json.load(open(st))["step"] > args.iters:     # fewer is resumed to --iters
+        return f"{json.load(open(st))['step']} updates (this study: {args.iters})"
+    return None
+
+
+def cell_seeds(args) -> dict:
+    """{(env, method): seeds}: --seeds for every cell, widened by --cell-seeds ENV/METHOD=N (seeds
+    0..N-1). Validated: an unknown env or method, or a bad N, is one error line."""
+    out = {(e, m): list(args.seeds) for e in args.envs for m in args.methods}
+    for spec in args.cell_seeds:
+        try:
+            cell, n = spec.split("=")
+            e, m = cell.split("/")
+            n = int(n)
+        except ValueError:
+            raise SystemExit(f"compare: --cell-seeds {spec!r}: expected ENV/METHOD=N (e.g. alfworld/prover=10)")
+        if (e, m) not in out or n < 1:
+            raise SystemExit(f"compare: --cell-seeds {spec!r}: no such cell among --envs × --methods, or N < 1")
+        out[(e, m)] = sorted(set(out[(e, m)]) | set(range(n)))
+    return out
+
+
+def plan(args) -> list[tuple]:
+    """The study's (env, method, seed) runs, seed by seed (then env, then method), so that however far
+    a sitting gets, the finished runs form complete paired seeds."""
+    cells = cell_seeds(args)
+    seeds = sorted({s for ss in cells.values() for s in ss})
+    return [(e, m, s) for s in seeds for e in args.envs for m in args.methods if s in cells[(e, m)]]
+
+
 def bc_seed(args, seed: int) -> int:
     """The warm start a seed's runs share: 0 for every seed (shared) or the seed's own."""
     return seed if args.warm_start == "per-seed" else 0
@@ -123,10 +196,25 @@ def summarize_run(d: str) -> dict | None:
             "tokens_per_update": sum(gen) / len(tr), "rollout_tokens_per_update": sum(r.get("tokens/rollout", 0) for r in tr) / len(tr),
             "verify_tokens_per_update": sum(r.get("tokens/verify", 0) for r in tr) / len(tr),
             "judge_tokens_per_update": sum(r.get("tokens/judge", 0) for r in tr) / len(tr),
+            "policy_tokens_per_update": sum(r.get("tokens/rollout", 0) + r.get("tokens/verify", 0) for r in tr) / len(tr),
             "env_steps_per_update": sum(r.get("env_steps/total", 0) for r in tr) / len(tr),
+            # the judge's acceptance rate, pooled over the run: verified proposals with Δ̂ > 0
+            "accept_rate": pooled_rate(tr, "prover/accept_rate", ("prover/valid", "prover/repaired")),
             "iter_seconds": sum(r.get("time/iter_s", 0) for r in tr) / len(tr), "wall_seconds": wall,
             "curve": [(r["step"], r["eval/success"]) for r in ev],
             "tok_curve": cum_tokens(rows)}
+
+
+def pooled_rate(rows, rate_key: str, count_keys: tuple) -> float:
+    """A per-update rate pooled over a run, each update weighted by its count (the sum of
+    count_keys): the share over all of the run's items, not the mean of per-update shares. NaN when
+    the run has none (a method without a judge)."""
+    num = den = 0.0
+    for r in rows:
+        if rate_key in r:
+            w = sum(r.get(k, 0) for k in count_keys)
+            num, den = num + w * r[rate_key], den + w
+    return num / den if den else float("nan")
 
 
 def cum_tokens(rows):
@@ -163,13 +251,28 @@ def by_seed(res: dict, env: str, method: str, key: str) -> dict:
     return {s: r[key] for (e, m, s), r in res.items() if e == env and m == method}
 
 
-def ratio(res, env, method, key) -> str:
-    """Mean cost of `method` over its seeds, and × GRPO's."""
+def ratio(res, env, method, key, pct: bool = False) -> str:
+    """Mean cost of `method` over its seeds, and × GRPO's (or, pct, its change in %)."""
     a, b = by_seed(res, env, method, key), by_seed(res, env, "grpo", key)
     if not a:
         return "–"
     m = paired.mean(list(a.values()))
-    return f"{m:.0f} ({m / paired.mean(list(b.values())):.2f}×)" if b and paired.mean(list(b.values())) > 0 else f"{m:.0f}"
+    bm = paired.mean(list(b.values())) if b else 0.0
+    if not bm > 0:
+        return f"{m:.0f}"
+    return f"{m:.0f} ({100 * (m / bm - 1):+.1f}%)" if pct else f"{m:.0f} ({m / bm:.2f}×)"
+
+
+def mean_cell(res, env, method, key, scale=1.0, digits=0, unit="") -> str:
+    vals = [v for v in by_seed(res, env, method, key).values() if v == v]     # NaN: not measured
+    return f"{scale * paired.mean(vals):.{digits}f}{unit}" if vals else "–"
+
+
+def average_by_seed(res, envs, metric, method) -> dict:
+    """{seed: the mean over envs of the final metric} for the seeds `method` has on every env."""
+    per = [by_seed(res, e, method, metric[e]) for e in envs]
+    common = set.intersection(*(set(p) for p in per)) if per else set()
+    return {s: paired.mean([p[s] for p in per]) for s in sorted(common)}
 
 
 def report(args, jobs) -> str:
@@ -178,43 +281,70 @@ def report(args, jobs) -> str:
     envs = [e for e in args.envs if any(k[0] == e for k in res)]
     methods = [m for m in args.methods if any(k[1] == m for k in res)]
     metric = {e: ("final_score" if e == "webshop" else "final_success") for e in envs}
-    out = [f"Final held-out {'/'.join(sorted(set(metric.values())))} in points (success; WebShop: score) after "
-           f"{args.iters} updates, evaluation tasks played {args.eval_repeats}× each. Cells: mean [95% bootstrap CI] "
-           f"(n seeds). Δ vs GRPO: the mean paired difference over the seeds both have, its CI and the exact "
-           f"sign-flip p. Costs per update, × GRPO.\n"]
+    out = [f"Final held-out success in points (WebShop: score) after "
+           f"{args.iters} updates, on {'the whole held-out split' if args.eval_episodes == 0 else f'{args.eval_episodes} held-out tasks'} "
+           f"played {args.eval_repeats}× each. Cells: mean [95% bootstrap CI] (n seeds). Δ vs GRPO: the mean paired "
+           f"difference over the seeds both have, its CI and the exact sign-flip p. Costs are means per update: "
+           f"policy tokens = rollout + verification continuations (the paper's generated policy tokens), change vs "
+           f"GRPO in %; judge tokens; env steps and seconds per update × GRPO (seconds: runs {args.jobs} side by side "
+           f"on a shared machine). accept: the judge's acceptance rate (verified proposals with Δ̂ > 0).\n"]
     for e in envs:
-        out += [f"## {e}\n", "| method | final held-out | Δ vs GRPO | p | generated tokens / update | env steps / update | wall min / run |",
-                "|---|---|---|---|---|---|---|"]
+        out += [f"## {e}\n", "| method | final held-out | Δ vs GRPO | p | policy tokens / update | judge tokens / update "
+                "| env steps / update | s / update | accept |", "|---|---|---|---|---|---|---|---|---|"]
         base = by_seed(res, e, "grpo", metric[e])
         for m in methods:
             vals = by_seed(res, e, m, metric[e])
             if not vals:
                 continue
             d = paired.paired(vals, base) if m != "grpo" and base else None
-            walls = [v / 60 for v in by_seed(res, e, m, "wall_seconds").values()]
             out.append(f"| {m} | {paired.fmt(paired.summary(list(vals.values())), 100)} | "
                        f"{paired.fmt(d, 100, sign=True) if d else '–'} | {paired.fmt_p(d.get('p')) if d else '–'} | "
-                       f"{ratio(res, e, m, 'tokens_per_update')} | {ratio(res, e, m, 'env_steps_per_update')} | "
-                       f"{paired.mean(walls):.1f} |")
+                       f"{ratio(res, e, m, 'policy_tokens_per_update', pct=True)} | "
+                       f"{mean_cell(res, e, m, 'judge_tokens_per_update')} | "
+                       f"{ratio(res, e, m, 'env_steps_per_update')} | {ratio_f(res, e, m, 'iter_seconds')} | "
+                       f"{mean_cell(res, e, m, 'accept_rate', 100, 0, '%')} |")
+        if e in PAPER["policy_tokens"]:
+            out.append(f"\nThe paper (4B): ProVer's generated policy tokens {PAPER['policy_tokens'][e]} over GRPO.")
         out.append("")
     if len(envs) > 1 and "grpo" in methods:   # the paper's headline: the average over benchmarks
-        out += ["## average over benchmarks\n", "| method | mean final (points) | rel. to GRPO |", "|---|---|---|"]
-        base = None
+        out += ["## average over benchmarks\n",
+                "| method | mean final (points) | rel. to GRPO | paired Δ vs GRPO (seeds on every env) | p |", "|---|---|---|---|---|"]
+        base_avg, base_seeds = None, average_by_seed(res, envs, metric, "grpo")
         for m in methods:
             per_env = [paired.mean(list(by_seed(res, e, m, metric[e]).values())) for e in envs if by_seed(res, e, m, metric[e])]
             if len(per_env) < len(envs):
                 continue
             avg = paired.mean(per_env)
-            base = avg if m == "grpo" else base
-            out.append(f"| {m} | {100 * avg:.1f} | {f'{100 * (avg / base - 1):+.1f}%' if base else '–'} |")
+            base_avg = avg if m == "grpo" else base_avg
+            d = paired.paired(average_by_seed(res, envs, metric, m), base_seeds) if m != "grpo" and base_seeds else None
+            out.append(f"| {m} | {100 * avg:.1f} | {f'{100 * (avg / base_avg - 1):+.1f}%' if base_avg else '–'} | "
+                       f"{paired.fmt(d, 100, sign=True) if d and d['n'] else '–'} | {paired.fmt_p(d.get('p')) if d else '–'} |")
+        out.append(f"\nThe paper: {PAPER['headline']}.")
+    out.append(f"\nThe paper's acceptance rates: {PAPER['acceptance']}.")
     table = "\n".join(out) + "\n"
     with open(os.path.join(args.out, "compare.md"), "w") as f:
-        f.write(f"# Comparison\n\nCommand: `{' '.join(['python', 'bench/compare.py', *sys.argv[1:]])}`\n\n{table}")
-    plot(args, res, envs, methods)
+        f.write(f"# Comparison\n\nCommand: `{getattr(args, 'command', 'python bench/compare.py')}`\n\n{table}")
+    plot(args, res, envs, methods, metric)
     return table
 
 
-def plot(args, res, envs, methods):
+def ratio_f(res, env, method, key) -> str:
+    """Like ratio, for small values (seconds): one decimal."""
+    a, b = by_seed(res, env, method, key), by_seed(res, env, "grpo", key)
+    if not a:
+        return "–"
+    m = paired.mean(list(a.values()))
+    bm = paired.mean(list(b.values())) if b else 0.0
+    return f"{m:.1f} ({m / bm:.2f}×)" if bm > 0 else f"{m:.1f}"
+
+
+def mean_band(ys: list[float]) -> tuple[float, float, float]:
+    """Mean and its 95% CI (bootstrap; a single seed gives no band)."""
+    s = paired.summary(ys)
+    return s["mean"], s.get("lo", s["mean"]), s.get("hi", s["mean"])
+
+
+def plot(args, res, envs, methods, metric):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -223,36 +353,56 @@ def plot(args, res, envs, methods):
         fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 4), squeeze=False)
         for ax, e in zip(axes[0], envs):
             for m in methods:
-                curves = [res[(e, m, s)][key] for s in args.seeds if (e, m, s) in res]
+                curves = [res[(e, m, s)][key] for (e_, m_, s) in res if e_ == e and m_ == m]
                 if not curves:
                     continue
                 n = min(len(c) for c in curves)
                 xs = [sum(c[i][0] for c in curves) / len(curves) for i in range(n)]
-                ys = [[c[i][1] for c in curves] for i in range(n)]
-                mu = [sum(y) / len(y) for y in ys]
-                lo, hi = [min(y) for y in ys], [max(y) for y in ys]
-                line, = ax.plot(xs, mu, "o-", ms=3, label=f"{m} (n={len(curves)})")
-                ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15)
+                bands = [mean_band([c[i][1] for c in curves]) for i in range(n)]
+                line, = ax.plot(xs, [b[0] for b in bands], "o-", ms=3, label=f"{m} (n={len(curves)})")
+                ax.fill_between(xs, [b[1] for b in bands], [b[2] for b in bands], color=line.get_color(), alpha=0.15)
             ax.set_title(e)
             ax.set_xlabel(xl)
-            ax.set_ylabel("held-out success")
+            ax.set_ylabel("held-out success (band: 95% CI of the mean)")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(os.path.join(args.out, fname), dpi=90)
         plt.close(fig)
+    # the paired differences to GRPO, the table's Δ column as a picture
+    fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 0.45 * len(methods) + 1.5), squeeze=False)
+    for ax, e in zip(axes[0], envs):
+        base = by_seed(res, e, "grpo", metric[e])
+        rows = [(m, paired.paired(by_seed(res, e, m, metric[e]), base)) for m in methods if m != "grpo"]
+        rows = [(m, d) for m, d in rows if d["n"]]
+        for y, (m, d) in enumerate(rows):
+            lo, hi = d.get("lo", d["mean"]), d.get("hi", d["mean"])
+            ax.errorbar([100 * d["mean"]], [y], xerr=[[100 * (d["mean"] - lo)], [100 * (hi - d["mean"])]], fmt="o", capsize=3)
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([f"{m} (n={d['n']})" for m, d in rows], fontsize=8)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_title(e)
+        ax.set_xlabel("Δ final vs GRPO (points, paired, 95% CI)")
+        ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "compare_delta.png"), dpi=90)
+    plt.close(fig)
 
 
 def main():
     p = argparse.ArgumentParser(description="methods × envs × seeds comparison (resumable)")
-    p.add_argument("--full", action="store_true", help="every method on every env")
+    p.add_argument("--full", action="store_true",
+                   help="the paper's table: every method on every env, whole-split 4× evaluation, 4 seeds per cell and "
+                        "10 for grpo/prover/prover-plus on ALFWorld (the module docstring)")
     p.add_argument("--envs", nargs="+")
     p.add_argument("--methods", nargs="+", choices=list(METHOD_ARGS))
     p.add_argument("--seeds", nargs="+", type=int)
     p.add_argument("--iters", type=int)
-    p.add_argument("--eval-every", type=int, default=10)
-    p.add_argument("--eval-episodes", type=int, default=64)
-    p.add_argument("--eval-repeats", type=int, default=1, help="play each evaluation task R times (train.py --eval-repeats)")
+    p.add_argument("--cell-seeds", nargs="+", metavar="ENV/METHOD=N",
+                   help="give these cells seeds 0..N-1 (more than --seeds), e.g. alfworld/prover=10")
+    p.add_argument("--eval-every", type=int)
+    p.add_argument("--eval-episodes", type=int, help="held-out tasks per evaluation (0 = the whole split)")
+    p.add_argument("--eval-repeats", type=int, help="play each evaluation task R times (train.py --eval-repeats)")
     p.add_argument("--warm-start", choices=["shared", "per-seed"], default="shared",
                    help="one warm start for every seed (--bc-seed 0) or one per seed (--bc-seed s); methods of a seed always share it")
     p.add_argument("--jobs", type=int, default=2, help="trainings run side by side (one thread each)")
@@ -265,7 +415,12 @@ def main():
         if getattr(args, k) is None:
             setattr(args, k, v)
     args.extra = [a for a in args.extra if a != "--"]
-    jobs = [(e, m, s) for e in args.envs for s in args.seeds for m in args.methods]
+    args.command = " ".join(["python", "bench/compare.py", *sys.argv[1:]])
+    jobs = plan(args)
+    clashes = [(run_dir(args.out, *j), c) for j in jobs for c in [protocol_clash(run_dir(args.out, *j), j, args)] if c]
+    if clashes and not args.report_only:     # before any warm start: one line, never a silent reuse
+        raise SystemExit(f"compare: {clashes[0][0]} was made with {clashes[0][1]}"
+                         f"{f' (and {len(clashes) - 1} more runs)' if len(clashes) > 1 else ''}; use another --out")
     if not args.report_only:
         from tqdm import tqdm
         # the warm start is cached per env (--bc-seed 0): build it once per env first (`--iters 0`,

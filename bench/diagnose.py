@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("run", help="a train.py run directory (its config.json; its checkpoint unless --model)")
     p.add_argument("--model", default="", help="diagnose this HF folder instead (e.g. the warm start in the cache dir)")
-    p.add_argument("--episodes", type=int, default=64)
+    p.add_argument("--episodes", type=int, default=64, help="held-out tasks (0 = the whole split)")
     p.add_argument("--temperatures", default="0.4,1.0")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=os.path.join(ROOT, "results"))
@@ -80,10 +80,12 @@ def main(argv=None) -> int:
     saved = json.load(open(cfg_path))
     cfg = train.Config(**{k: v for k, v in saved.items() if k in train.Config.__dataclass_fields__})
     spec, env_kw, _, split = build.env_setup(cfg, lambda *_: None)
+    if not (a.episodes or spec.num_tasks(split)):
+        raise SystemExit(f"diagnose: --episodes 0 (the whole split): split {split!r} is generated; give a number")
     model, tok = policy.load_hf(model_dir)
     agent = Agent(policy.HFGenerator(model, tok), tok, spec, compact=not (cfg.chat_prompt or cfg.model),
                   history_len=cfg.history_len, max_new_tokens=cfg.max_new_tokens, reward=cfg.reward)
-    tasks = spread_tasks(spec.num_tasks(split), a.episodes)
+    tasks = spread_tasks(spec.num_tasks(split), a.episodes or spec.num_tasks(split))   # 0: the whole split
     n = len(tasks)
     envs = [spec.make(split=split, seed=cfg.seed, **env_kw) for _ in range(n)]
     res = {"run": a.run, "model": model_dir, "env": cfg.env, "split": split, "by_temperature": {}}

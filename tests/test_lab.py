@@ -152,6 +152,66 @@ def test_credit_lab_speed_columns_on_hand_made_curves(tmp_path):
     assert credit_lab.summarize(str(d), iters=3) is None                  # not finished: not reported
 
 
+def _hand_run(d, final, rows_extra=None, cfg=None, step=2):
+    """A finished run directory as train.py writes it: config.json, checkpoint/state.json and a
+    metrics.jsonl with the warm start's evaluation, `step` updates and the final evaluation."""
+    import json
+    (d / "checkpoint").mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps(cfg or {}))
+    (d / "checkpoint" / "state.json").write_text(json.dumps({"step": step}))
+    rows = [{"step": 0, "eval/success": 0.3, "eval/score": 0.3}]
+    for t in range(1, step + 1):
+        rows.append({"step": t, "tokens/rollout": 100, "tokens/verify": 0, "tokens/judge": 0, "env_steps/total": 10,
+                     "time/iter_s": 2.0, **(rows_extra or {}).get(t, {})})
+    rows[-1].update({"eval/success": final, "eval/score": final})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_compare_report_plan_and_protocol_on_hand_made_runs(tmp_path):
+    """bench/compare.py: --cell-seeds widens single cells and the plan runs seed by seed; the table's
+    Δ vs GRPO equals paired.paired on the per-seed finals; the policy-token change, the pooled
+    acceptance rate and the paired average over envs are the hand computations; a run directory made
+    under another protocol is named and refused before any set-up."""
+    import argparse
+    import subprocess
+    import compare
+    args = argparse.Namespace(envs=["alfworld", "searchqa"], methods=["grpo", "prover"], seeds=[0, 1], iters=2,
+                              eval_every=25, eval_episodes=0, eval_repeats=4, cell_seeds=["alfworld/prover=3"],
+                              jobs=2, out=str(tmp_path), extra=[], warm_start="shared")
+    assert compare.plan(args) == [("alfworld", "grpo", 0), ("alfworld", "prover", 0), ("searchqa", "grpo", 0),
+                                  ("searchqa", "prover", 0), ("alfworld", "grpo", 1), ("alfworld", "prover", 1),
+                                  ("searchqa", "grpo", 1), ("searchqa", "prover", 1), ("alfworld", "prover", 2)]
+    for bad in ("alfworld/nope=3", "alfworld-prover=3", "alfworld/prover=x"):
+        with pytest.raises(SystemExit, match="--cell-seeds"):
+            compare.plan(argparse.Namespace(**{**vars(args), "cell_seeds": [bad]}))
+    finals = {("alfworld", "grpo"): [0.40, 0.50], ("alfworld", "prover"): [0.45, 0.60, 0.70],
+              ("searchqa", "grpo"): [0.20, 0.30], ("searchqa", "prover"): [0.20, 0.36]}
+    # prover: 2 verified proposals at update 1 (half accepted), 6 at update 2 (all accepted), 60 verify tokens each
+    extra = {1: {"prover/valid": 2, "prover/accept_rate": 0.5, "tokens/verify": 60, "tokens/judge": 7},
+             2: {"prover/valid": 5, "prover/repaired": 1, "prover/accept_rate": 1.0, "tokens/verify": 60, "tokens/judge": 7}}
+    for (e, m), fs in finals.items():
+        for s, f in enumerate(fs):
+            _hand_run(tmp_path / "runs" / f"{e}-{m}-s{s}", f, extra if m == "prover" else None,
+                      cfg={"env": e, "method": m, "seed": s, "eval_every": 25, "eval_episodes": 0, "eval_repeats": 4})
+    table = compare.report(args, compare.plan(args))
+    d = paired.paired({0: 0.45, 1: 0.60, 2: 0.70}, {0: 0.40, 1: 0.50})
+    assert d["n"] == 2 and f"| prover | {paired.fmt(paired.summary([0.45, 0.60, 0.70]), 100)} | {paired.fmt(d, 100, sign=True)} |" in table
+    row = next(line for line in table.splitlines() if line.startswith("| prover |"))
+    assert "160 (+60.0%)" in row                         # policy tokens: (100 + 60) vs GRPO's 100
+    assert row.rstrip(" |").endswith(f"{100 * (2 * 0.5 + 6 * 1.0) / 8:.0f}%")     # pooled: 7 of 8 accepted
+    avg = paired.paired({0: (0.45 + 0.20) / 2, 1: (0.60 + 0.36) / 2}, {0: (0.40 + 0.20) / 2, 1: (0.50 + 0.30) / 2})
+    assert f"| {paired.fmt(avg, 100, sign=True)} |" in table.split("## average over benchmarks")[1]
+    assert (tmp_path / "compare_delta.png").stat().st_size > 1000 and (tmp_path / "compare.csv").exists()
+    # a finished run made with another evaluation is refused, naming the run, before any warm start
+    _hand_run(tmp_path / "runs" / "alfworld-grpo-s2", 0.5, cfg={"env": "alfworld", "method": "grpo", "seed": 2,
+                                                               "eval_every": 25, "eval_episodes": 64, "eval_repeats": 4})
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "compare.py"), "--envs", "alfworld", "--methods", "grpo",
+                        "--seeds", "2", "--iters", "2", "--eval-every", "25", "--eval-episodes", "0", "--eval-repeats", "4",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "alfworld-grpo-s2 was made with eval_episodes=64 (this study: 0)" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and not (tmp_path / "runs" / "alfworld-warmstart").exists()
+
+
 def test_no_import_circles_but_the_env_registry():
     g = project_imports()
     cycles = []

@@ -419,12 +419,13 @@ def test_keydoor_from_the_command_line(tmp_path, cache):
     out = tmp_path / "kd"
     r = run(["--env", "keydoor", "--env-opt", "rooms=3", "--env-opt", "p_key=0.9", "--max-steps", "12",
              "--iters", "1", "--eval-every", "1", "--workers", "1", "--bc-episodes", "20", "--bc-steps", "30",
-             "--group-size", "4", "--tasks-per-iter", "2", "--eval-episodes", "4", "--strict", "--out", str(out)], cache)
+             "--group-size", "4", "--tasks-per-iter", "2", "--eval-episodes", "0", "--strict", "--out", str(out)], cache)
     assert r.returncode == 0, r.stderr[-3000:]
     cfg = json.load(open(out / "config.json"))
     assert cfg["env_kwargs"] == {"rooms": 3, "p_key": 0.9, "max_steps": 12}
     row = metrics(out)[-1]
     assert 0.0 < row["lab/q_key"] < 1.0 and row["train/episode_len"] <= 12
+    assert row["eval/episodes"] == 128                    # --eval-episodes 0: the whole test split
     for bad, word in ((["rooms=abc"], "rooms"), (["p_key=1.5"], "p_key"), (["doors=2"], "doors"), (["pivot=5", "rooms=4"], "pivot")):
         t0 = time.time()
         r = run(["--env", "keydoor", *[a for b in bad for a in ("--env-opt", b)], "--out", str(tmp_path / "bad")], cache, timeout=60)
