@@ -26,19 +26,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from conftest import TINY, train_run as run  # noqa: E402  (tests/conftest.py)
 
-TINY = ["--tiny-hidden", "64", "--tiny-layers", "2", "--bc-episodes", "20", "--bc-steps", "30",
-        "--group-size", "4", "--tasks-per-iter", "2", "--max-steps", "8", "--eval-episodes", "4",
-        "--max-new-tokens", "16", "--strict"]
 # one update, two mini-batches (the second is off-policy: the sharded KL reference differs from
 # the policy there, so --kl-coef is exercised), evaluation before and after
 ARGS = ["--env", "alfworld", "--eval-every", "1", "--minibatches", "2", "--kl-coef", "0.05", *TINY]
-
-
-def run(args, cache, timeout=600):
-    env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args, "--cache-dir", str(cache)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def metrics(out):
@@ -68,11 +60,11 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, train_cache):
     """A single-process run and a 2-rank --fsdp run of one update from the same warm start (the
     shared cache: the second loads what the first built)."""
     base = tmp_path_factory.mktemp("fsdp")
-    cache = base / "cache"
+    cache = train_cache
     single, sharded = base / "single", base / "fsdp2"
     r = run([*ARGS, "--iters", "1", "--workers", "1", "--out", str(single)], cache)
     assert r.returncode == 0, r.stderr[-3000:]

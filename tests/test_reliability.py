@@ -19,9 +19,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-TINY = ["--tiny-hidden", "64", "--tiny-layers", "2", "--bc-episodes", "20", "--bc-steps", "30",
-        "--group-size", "4", "--tasks-per-iter", "2", "--max-steps", "8", "--eval-episodes", "4",
-        "--max-new-tokens", "16", "--strict"]
+from conftest import TINY, train_run  # noqa: E402  (tests/conftest.py)
+
 ENV = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONUNBUFFERED="1")
 # a long run (it is killed long before its end) that checkpoints at the default interval (auto:
 # every update for the tiny policy), no evaluations unless a test adds them
@@ -29,8 +28,7 @@ LONG = ["--method", "grpo", "--iters", "200", "--eval-every", "0", *TINY]
 
 
 def run(args, cache, timeout=300):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args, "--cache-dir", str(cache)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ENV)
+    return train_run(args, cache, timeout)
 
 
 def start(args, cache, log):
@@ -91,8 +89,8 @@ def steps(out):
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")          # the warm start is built once, by the first test
+def cache(train_cache):
+    return train_cache          # the session's: the warm start is built once, by the first test needing it
 
 
 # ---------------------------------------------------------------------------------------------

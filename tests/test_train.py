@@ -16,20 +16,12 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--tiny-hidden", "64", "--tiny-layers", "2", "--bc-episodes", "20", "--bc-steps", "30",
-        "--group-size", "4", "--tasks-per-iter", "2", "--max-steps", "8", "--eval-episodes", "4",
-        "--max-new-tokens", "16", "--strict"]
-
-
-def run(args, cache, timeout=600, **kw):
-    env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args, "--cache-dir", str(cache)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env, **kw)
+from conftest import TINY, train_run as run  # noqa: E402  (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
+def cache(train_cache):
+    return train_cache
 
 
 def metrics(out):
