@@ -66,6 +66,11 @@ VARIANTS = {
     "prover-plus-v0": ["--method", "prover", "--credit-scope", "matched", "--credit-test", "shrink", "--verify-crn",
                        "--focus", "0.5"],
     "prover-plus-ak": ["--method", "prover-plus", "--verify-crn", "--verify-k", "4", "--verify-k-max", "16"],
+    # adaptive K in rounds of 2 (most proposals settle after one round), and rounds of 4 with a
+    # stricter stop (|Δ̂| ≥ 2·SE: one discordant pair of four no longer settles the sign)
+    "prover-plus-ak2": ["--method", "prover-plus", "--verify-crn", "--verify-k", "2", "--verify-k-max", "16"],
+    "prover-plus-ak-z2": ["--method", "prover-plus", "--verify-crn", "--verify-k", "4", "--verify-k-max", "16",
+                          "--credit-z", "2"],
     "grpo-lr3x": ["--method", "grpo", "--lr", "3e-4"],
     "grpo-matched-plus": ["--method", "grpo-matched", "--matched-extra", "1.6"],
 }
