@@ -461,6 +461,7 @@ def test_console_says_when_the_judge_endpoint_is_down(tmp_path, cache):
     threading.Thread(target=serve, daemon=True).start()
     try:
         r = run(["--env", "keydoor", "--env-opt", "rooms=3", "--iters", "2", "--eval-every", "0", "--workers", "1",
+                 "--bc-episodes", "40", "--bc-steps", "60",           # a small warm start: built in seconds
                  "--judge", "openai", "--judge-url", f"http://127.0.0.1:{port}/v1",
                  "--judge-model", "x", "--judge-timeout", "2", "--strict", "--out", str(tmp_path / "run")], cache)
     finally:
