@@ -3,6 +3,9 @@
     python bench/credit_lab.py                                   # rooms 4, 8, 16 × 7 methods × 10 seeds
     python bench/credit_lab.py --rooms 4 8 --methods grpo prover prover-random --seeds 0 1 2 3
     python bench/credit_lab.py --report-only                     # rebuild the table and plot
+    python bench/credit_lab.py --name prover_options --rooms 8 16 --methods grpo prover prover-allmixed \
+        prover-matched prover-se prover-shrink prover-crn prover-adaptive-k prover-neg prover-focus0 \
+        prover-judge-success --versus grpo prover                # each option alone
     python bench/credit_lab.py --name prover_plus --rooms 4 --methods grpo prover prover-plus prover-plus-ak \
         --versus grpo prover                                     # ProVer's options (results/prover_plus.*)
 
@@ -71,6 +74,16 @@ VARIANTS = {
     "prover-plus-ak2": ["--method", "prover-plus", "--verify-crn", "--verify-k", "2", "--verify-k-max", "16"],
     "prover-plus-ak-z2": ["--method", "prover-plus", "--verify-crn", "--verify-k", "4", "--verify-k-max", "16",
                           "--credit-z", "2"],
+    # each of issue 22's options alone on top of the paper's ProVer (the "options alone" study;
+    # --max-success 7 alone is prover-allmixed above)
+    "prover-matched": ["--method", "prover", "--credit-scope", "matched"],
+    "prover-se": ["--method", "prover", "--credit-test", "se"],
+    "prover-shrink": ["--method", "prover", "--credit-test", "shrink"],
+    "prover-crn": ["--method", "prover", "--verify-crn"],
+    "prover-adaptive-k": ["--method", "prover", "--verify-k", "4", "--verify-k-max", "16"],
+    "prover-neg": ["--method", "prover", "--negative-credit"],
+    "prover-focus0": ["--method", "prover", "--focus", "0"],
+    "prover-judge-success": ["--method", "prover", "--judge-success", "judge"],
     "grpo-lr3x": ["--method", "grpo", "--lr", "3e-4"],
     "grpo-matched-plus": ["--method", "grpo-matched", "--matched-extra", "1.6"],
 }
