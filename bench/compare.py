@@ -130,8 +130,9 @@ def protocol_clash(d: str, job, args) -> str | None:
         if want[k] is not None and k in have and have[k] != want[k]:
             return f"{k}={have[k]} (this study: {want[k]})"
     st = os.path.join(d, "checkpoint", "state.json")
-    if os.path.exists(st) and json.load(open(st))["step"] > args.iters:     # fewer is resumed to --iters
-        return f"{json.load(open(st))['step']} updates (this study: {args.iters})"
+    step = json.load(open(st))["step"] if os.path.exists(st) else 0
+    if step > args.iters:                                   # fewer is resumed to --iters
+        return f"{step} updates (this study: {args.iters})"
     return None
 
 
@@ -251,7 +252,7 @@ def by_seed(res: dict, env: str, method: str, key: str) -> dict:
     return {s: r[key] for (e, m, s), r in res.items() if e == env and m == method}
 
 
-def ratio(res, env, method, key, pct: bool = False) -> str:
+def ratio(res, env, method, key, pct: bool = False, digits: int = 0) -> str:
     """Mean cost of `method` over its seeds, and × GRPO's (or, pct, its change in %)."""
     a, b = by_seed(res, env, method, key), by_seed(res, env, "grpo", key)
     if not a:
@@ -259,8 +260,8 @@ def ratio(res, env, method, key, pct: bool = False) -> str:
     m = paired.mean(list(a.values()))
     bm = paired.mean(list(b.values())) if b else 0.0
     if not bm > 0:
-        return f"{m:.0f}"
-    return f"{m:.0f} ({100 * (m / bm - 1):+.1f}%)" if pct else f"{m:.0f} ({m / bm:.2f}×)"
+        return f"{m:.{digits}f}"
+    return f"{m:.{digits}f} ({100 * (m / bm - 1):+.1f}%)" if pct else f"{m:.{digits}f} ({m / bm:.2f}×)"
 
 
 def mean_cell(res, env, method, key, scale=1.0, digits=0, unit="") -> str:
@@ -301,7 +302,7 @@ def report(args, jobs) -> str:
                        f"{paired.fmt(d, 100, sign=True) if d else '–'} | {paired.fmt_p(d.get('p')) if d else '–'} | "
                        f"{ratio(res, e, m, 'policy_tokens_per_update', pct=True)} | "
                        f"{mean_cell(res, e, m, 'judge_tokens_per_update')} | "
-                       f"{ratio(res, e, m, 'env_steps_per_update')} | {ratio_f(res, e, m, 'iter_seconds')} | "
+                       f"{ratio(res, e, m, 'env_steps_per_update')} | {ratio(res, e, m, 'iter_seconds', digits=1)} | "
                        f"{mean_cell(res, e, m, 'accept_rate', 100, 0, '%')} |")
         if e in PAPER["policy_tokens"]:
             out.append(f"\nThe paper (4B): ProVer's generated policy tokens {PAPER['policy_tokens'][e]} over GRPO.")
@@ -326,16 +327,6 @@ def report(args, jobs) -> str:
         f.write(f"# Comparison\n\nCommand: `{getattr(args, 'command', 'python bench/compare.py')}`\n\n{table}")
     plot(args, res, envs, methods, metric)
     return table
-
-
-def ratio_f(res, env, method, key) -> str:
-    """Like ratio, for small values (seconds): one decimal."""
-    a, b = by_seed(res, env, method, key), by_seed(res, env, "grpo", key)
-    if not a:
-        return "–"
-    m = paired.mean(list(a.values()))
-    bm = paired.mean(list(b.values())) if b else 0.0
-    return f"{m:.1f} ({m / bm:.2f}×)" if bm > 0 else f"{m:.1f}"
 
 
 def mean_band(ys: list[float]) -> tuple[float, float, float]:
