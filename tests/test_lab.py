@@ -271,3 +271,40 @@ def test_a_failing_credit_step_is_confined_to_its_group(tmp_path, monkeypatch):
     tr.cfg = train.Config(method="boom", strict=True)
     with pytest.raises(RuntimeError):
         train.credit(tr, groups, [[[0.1, 0.1]] for _ in range(3)], 6, lines.append)
+
+
+def test_credit_lab_report_table_csv_and_plot_on_hand_made_runs(tmp_path):
+    """bench/credit_lab.py's report() over run directories as train.py leaves them: an unfinished run
+    is left out, the `--mid-update` column is the paired Δ q_key at that update (hand computation,
+    exact sign-flip p over 3 seeds = 2/8), the csv carries q_key_mid per run, and the plot is written."""
+    import argparse
+    import csv
+    import json
+    import credit_lab
+    q = {("grpo", 0): [0.30, 0.40, 0.50], ("grpo", 1): [0.20, 0.30, 0.60], ("grpo", 2): [0.25, 0.35, 0.55],
+         ("prover", 0): [0.32, 0.50, 0.50], ("prover", 1): [0.22, 0.34, 0.60], ("prover", 2): [0.27, 0.45, 0.50]}
+    for (m, s), qs in q.items():
+        d = tmp_path / "credit_lab" / "runs" / f"keydoor-r4-{m}-s{s}"
+        d.mkdir(parents=True)
+        rows = [{"step": 0, "eval/success": 0.5}] + [
+            {"step": t + 1, "lab/q_key": v, "tokens/rollout": 100, "tokens/verify": 20 if m == "prover" else 0,
+             "prover/credited": 1 if m == "prover" else 0} for t, v in enumerate(qs)]
+        rows[-1]["eval/success"] = 0.5 + qs[-1] / 10
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    unfinished = tmp_path / "credit_lab" / "runs" / "keydoor-r4-prover-s3"
+    unfinished.mkdir()
+    (unfinished / "metrics.jsonl").write_text(json.dumps({"step": 1, "lab/q_key": 0.9}) + "\n")
+    args = argparse.Namespace(out=str(tmp_path), iters=3, mid_update=2, rooms=[4], methods=["grpo", "prover"],
+                              versus=["grpo"], plot_methods=None, curve_rooms=0, name="lab", title="Credit lab")
+    jobs = [(4, m, s) for s in range(4) for m in ("grpo", "prover")]
+    table = credit_lab.report(args, jobs)
+    row = next(line for line in table.splitlines() if line.startswith("| prover |")).split(" | ")
+    header = next(line for line in table.splitlines() if line.startswith("| method |")).split(" | ")
+    mid = row[header.index("Δ q_key vs GRPO at update 2 (p)")]
+    hand = ((0.50 - 0.40) + (0.34 - 0.30) + (0.45 - 0.35)) / 3
+    assert mid.startswith(f"{hand:+.4f} [") and "(n=3)" in mid and mid.endswith("(0.250)"), mid
+    assert row[header.index("credited / update")] == "1.0" and row[header.index("verify tokens / credited")] == "20"
+    with open(tmp_path / "lab.csv") as f:
+        got = {(r["method"], int(r["seed"])): float(r["q_key_mid"]) for r in csv.DictReader(f)}
+    assert got == {k: v[1] for k, v in q.items()}                        # seed 3 (unfinished) is not there
+    assert (tmp_path / "lab.png").stat().st_size > 10_000 and (tmp_path / "lab.md").read_text().count("## rooms = 4") == 1
