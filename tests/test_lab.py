@@ -284,13 +284,9 @@ def test_credit_lab_report_table_csv_and_plot_on_hand_made_runs(tmp_path):
     q = {("grpo", 0): [0.30, 0.40, 0.50], ("grpo", 1): [0.20, 0.30, 0.60], ("grpo", 2): [0.25, 0.35, 0.55],
          ("prover", 0): [0.32, 0.50, 0.50], ("prover", 1): [0.22, 0.34, 0.60], ("prover", 2): [0.27, 0.45, 0.50]}
     for (m, s), qs in q.items():
-        d = tmp_path / "credit_lab" / "runs" / f"keydoor-r4-{m}-s{s}"
-        d.mkdir(parents=True)
-        rows = [{"step": 0, "eval/success": 0.5}] + [
-            {"step": t + 1, "lab/q_key": v, "tokens/rollout": 100, "tokens/verify": 20 if m == "prover" else 0,
-             "prover/credited": 1 if m == "prover" else 0} for t, v in enumerate(qs)]
-        rows[-1]["eval/success"] = 0.5 + qs[-1] / 10
-        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        extra = {t + 1: {"lab/q_key": v, **({"tokens/verify": 20, "prover/credited": 1} if m == "prover" else {})}
+                 for t, v in enumerate(qs)}
+        _hand_run(tmp_path / "credit_lab" / "runs" / f"keydoor-r4-{m}-s{s}", 0.5 + qs[-1] / 10, extra, step=3)
     unfinished = tmp_path / "credit_lab" / "runs" / "keydoor-r4-prover-s3"
     unfinished.mkdir()
     (unfinished / "metrics.jsonl").write_text(json.dumps({"step": 1, "lab/q_key": 0.9}) + "\n")
