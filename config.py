@@ -120,13 +120,13 @@ class Config:
     credit_test: str = "positive"
     """when a verified segment gets credit, and how much: positive (the paper: Δ̂ > margin, bonus λ·Δ̂) | se (also Δ̂ > z·SE, bonus λ·Δ̂) | shrink (also Δ̂ > z·SE, bonus λ·max(Δ̂ − z·SE, 0)); z = --credit-z"""
     credit_z: float = 1.0
-    """z of --credit-test se / shrink and of --verify-k-max's stopping rule |Δ̂| ≥ z·SE"""
+    """z of --credit-test se / shrink and of --verify-k-max's stopping rule Δ̂ ≠ 0 and |Δ̂| ≥ z·SE"""
     credit_scope: str = "segment"
     """who gets the bonus: segment (the paper: the judged success's turns ℓ..r) | matched (also every rollout of the group that took the segment's actions from the same prompt-visible states: observation, admissible list and the prompt's last --history-len steps)"""
     verify_crn: bool = False
     """common random numbers in verification: continuation k from s_pre and from s_post share sampling seeds and env randomness; Δ̂ = mean of the paired differences, with the paired SE"""
     verify_k_max: int = 0
-    """adaptive K: continuations in rounds of --verify-k per side until |Δ̂| ≥ z·SE or this many per side (0 = off: one round, the paper's)"""
+    """adaptive K: continuations in rounds of --verify-k per side until Δ̂ ≠ 0 and |Δ̂| ≥ z·SE, or this many per side (0 = off: one round, the paper's)"""
     negative_credit: bool = False
     """also verify the failures' different actions at the segment's start state (same prompt view) against the shared V̂(s_pre); one verifiably worse (the --credit-test on V̂(s_pre) − V̂(s_after)) gets λ·(V̂(s_after) − V̂(s_pre)) < 0 on its turns"""
     focus: float = 1.0

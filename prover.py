@@ -57,7 +57,7 @@ history length. The prompt view of turn t of trajectory j is what the compact pr
 
 --verify-crn, --verify-k-max   common random numbers and adaptive K in the verification (verify.py):
     Δ̂ = mean_k (R_post,k − R_pre,k) with the paired SE, and rounds of K continuations until
-    |Δ̂| ≥ z·SE or K_max per side.
+    Δ̂ ≠ 0 and |Δ̂| ≥ z·SE, or K_max per side.
 
 --method prover-plus   ProVer with `PLUS` (our departure from the paper; the options it combines
     override the config's values, the other options apply as given):

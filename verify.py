@@ -38,9 +38,12 @@ or react to that noise:
 --verify-k-max K_max  adaptive K. Continuations come in rounds of K per side (the last one cut to
     K_max); after each round
 
-        stop when |Δ̂| ≥ z·SE(Δ̂)   or   k ≥ K_max continuations per side
+        stop when (Δ̂ ≠ 0 and |Δ̂| ≥ z·SE(Δ̂))   or   k ≥ K_max continuations per side
 
-    (z = --credit-z; the SE is the paired one under --verify-crn). Each round has its own
+    (z = --credit-z; the SE is the paired one under --verify-crn). Δ̂ = 0 never stops early: with
+    small rounds under CRN most rounds have every d_k = 0 (SE = 0), and stopping there would turn
+    "no evidence yet" into a rejection of segments that do matter; a segment with no effect
+    therefore pays for all K_max. Each round has its own
     sampling seeds and env draws (CRN: episode ids k = K·n … K·(n+1) − 1 on both sides;
     otherwise the round's seed is hash((seed, n)), round 0 being exactly the default call), so
     the pooled outcomes are i.i.d. and Δ̂, SE are computed over all k of them. Early stopping
@@ -141,7 +144,7 @@ def estimate(agent: Agent, envs: list, traj: Trajectory, start_turn: int, end_tu
         post += out[n:]
         rounds += 1
         v = compare(pre, post, paired=crn, rounds=rounds)
-        if k_max == 0 or len(pre) >= k_max or abs(v.delta) >= z * v.se:
+        if k_max == 0 or len(pre) >= k_max or (v.delta != 0 and abs(v.delta) >= z * v.se):
             return v
 
 

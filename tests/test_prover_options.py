@@ -509,19 +509,33 @@ def test_adaptive_k_rounds_and_their_cost(kd):
         v = verify.estimate(agent, p, tr, k, k, 4, 1.0, seed=11, **kw)
         return v, agent.counter["tokens/verify"] - c0["tokens/verify"], agent.counter["env_steps/verify"] - c0["env_steps/verify"]
     one, tok1, steps1 = cost()
-    # z = 0: |Δ̂| ≥ 0 after the first round, which is exactly the default call
+    # z = 0: any Δ̂ ≠ 0 is clear; the first round is exactly the default call, and it stops there
+    # unless that round left Δ̂ = 0 (which never stops early)
     z0, tok0, _ = cost(k_max=16, z=0.0)
+    assert one.delta != 0.0
     assert (z0.pre, z0.post, z0.k, z0.rounds, tok0) == (one.pre, one.post, 4, 1, tok1)
     # z huge: never clear, so all of K_max = 10 per side (rounds of 4, 4, 2), each round counted
     big, tokb, stepsb = cost(k_max=10, z=1e9)
     assert big.k == 10 and big.rounds == 3 and len(big.post) == 10 and big.pre[:4] == one.pre
     assert tokb > 2 * tok1 and stepsb > 2 * steps1
     assert big.delta == pytest.approx(sum(big.post) / 10 - sum(big.pre) / 10)
-    # CRN, q = 1 (identical futures): Δ̂ = SE = 0 stops after one round
+    # CRN, q = 1 (identical futures): every round has Δ̂ = SE = 0 — no evidence either way, so it
+    # does not stop early (stopping would reject a segment on zero information): all of K_max
     agent1 = Agent(KnownPolicy(tok, 1.0), tok, spec)
     tr1 = key_trajs(agent1, p, 4, seed=3)[0]
     v1 = verify.estimate(agent1, p, tr1, pivot(tr1), pivot(tr1), 4, 1.0, seed=5, crn=True, k_max=12)
-    assert v1.k == 4 and v1.rounds == 1
+    assert (v1.k, v1.rounds, v1.delta, v1.se) == (12, 3, 0.0, 0.0)
+    # CRN, q = 0.5: the first round whose paired differences give Δ̂ ≠ 0 with |Δ̂| ≥ SE stops it
+    # (d_k ∈ {0, 1} here, so one d_k = 1 among them is enough at z = 1)
+    ks = []
+    for seed in range(20):
+        v = verify.estimate(agent, p, tr, k, k, 2, 1.0, seed=seed, crn=True, k_max=16)
+        d = [b - a for a, b in zip(v.pre, v.post)]
+        assert v.k == 2 * v.rounds and (v.k == 16 or (v.delta > 0 and abs(v.delta) >= v.se))
+        assert v.k == 16 or not any(d[:-2])        # every earlier round was all zeros
+        assert v.delta == pytest.approx(sum(d) / v.k)
+        ks.append(v.k)
+    assert min(ks) == 2 and any(2 < x < 16 for x in ks)    # stops after one round and after several
 
 
 def _eligible_group(agent, p, first_seed, min_success=1):
