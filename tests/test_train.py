@@ -418,6 +418,19 @@ def test_keydoor_from_the_command_line(tmp_path, cache):
     row = metrics(out)[-1]
     assert 0.0 < row["lab/q_key"] < 1.0 and row["train/episode_len"] <= 12
     assert row["eval/episodes"] == 128                    # --eval-episodes 0: the whole test split
+    # bench/diagnose.py --episodes 0 plays the whole split too; on a generated (unbounded) split it
+    # says so in one line instead of playing forever
+    diag = [sys.executable, os.path.join(ROOT, "bench", "diagnose.py")]
+    d = subprocess.run([*diag, str(out), "--episodes", "0", "--temperatures", "0.4", "--out-dir", str(tmp_path / "res")],
+                       capture_output=True, text=True, timeout=300)
+    assert d.returncode == 0, d.stderr[-3000:]
+    assert json.load(open(tmp_path / "res" / "diagnose_kd.json"))["by_temperature"]["0.4"]["episodes"] == 128
+    (tmp_path / "gen").mkdir()
+    gen = {**cfg, "eval_split": "train", "eval_episodes": 4}        # a run that evaluated on training tasks
+    json.dump(gen, open(tmp_path / "gen" / "config.json", "w"))
+    d = subprocess.run([*diag, str(tmp_path / "gen"), "--model", str(out / "checkpoint"), "--episodes", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert d.returncode == 1 and "split 'train' is generated" in d.stderr and len(d.stderr.strip().splitlines()) == 1, d.stderr
     for bad, word in ((["rooms=abc"], "rooms"), (["p_key=1.5"], "p_key"), (["doors=2"], "doors"), (["pivot=5", "rooms=4"], "pivot")):
         t0 = time.time()
         r = run(["--env", "keydoor", *[a for b in bad for a in ("--env-opt", b)], "--out", str(tmp_path / "bad")], cache, timeout=60)
