@@ -72,9 +72,11 @@ history length. The prompt view of turn t of trajectory j is what the compact pr
     credited segment reaches one rollout of eight. The three options together raise the credited
     key turns per update by an order of magnitude, for more verification tokens. The other
     options are left to the user: --lam 3 with --negative-credit on top raises the early gain
-    further but not the end of training, --focus added nothing in screens, and --credit-test
-    se|shrink credit fewer segments. results/prover_plus.md has the paired study (its command at the top;
-    bench/credit_lab.py --name prover_plus re-runs it).
+    further but not the end of training; alone on the paper's ProVer, --focus 0, --credit-test
+    se|shrink (which credit fewer segments), --verify-crn and --verify-k-max move the early gain
+    less than matched scope or negative credit, and none moves the end of training.
+    results/prover_plus.md has the paired study of the combinations, results/prover_options.md each
+    option alone (their commands at the top; bench/credit_lab.py --name ... re-runs them).
 
 Cost of the options, all counted: continuations (every round, every alternative) under
 `tokens/verify` / `env_steps/verify`; the judge's choice of success adds its searches (builtin) or
