@@ -31,8 +31,9 @@ from its metrics.jsonl:
 
 Per horizon and method against GRPO (and each --versus method): the paired differences
 (bench/paired.py: mean, 95% bootstrap CI, exact sign-flip p). Writes results/NAME.{md,csv,png}
-(--name, default credit_lab; the plot: updates-to-threshold vs horizon, mean q_key curves, and
-the paired Δ q_key vs GRPO at every update with its CI); runs live in results/credit_lab/runs/,
+(--name, default credit_lab; the plot: updates to GRPO's final q_key × GRPO's own vs horizon —
+the speed measure that is not censored when no run reaches the threshold within --iters — mean
+q_key curves, and the paired Δ q_key vs GRPO at every update with its CI); runs live in results/credit_lab/runs/,
 shared by every report, and finished ones are reused, so a study can be built over sittings.
 Besides bench/compare.py's methods, VARIANTS below names the lab's option variants.
 """
@@ -249,7 +250,7 @@ def report(args, jobs) -> str:
     table = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
         f.write(f"# {args.title}\n\nCommand: `{' '.join(['python', 'bench/credit_lab.py', *sys.argv[1:]])}`\n\n{table}")
-    plot(args, res, col)
+    plot(args, res, speed)
     return table
 
 
@@ -265,7 +266,7 @@ def delta_curve(res: dict, rooms: int, method: str) -> list[tuple[int, dict]]:
     return [(t, paired.summary([by_seed[s][t] - ref[s][t] for s in seeds])) for t in steps]
 
 
-def plot(args, res, col):
+def plot(args, res, speed):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -273,14 +274,14 @@ def plot(args, res, col):
     fig, ax = plt.subplots(1, 3, figsize=(16, 4.2))
     shown = args.plot_methods or args.methods
     colors = {m: f"C{i % 10}" for i, m in enumerate(shown)}       # one colour per method in every panel
-    for m in shown:
+    for i, m in enumerate(shown):
         xs, ys, lo, hi = [], [], [], []
         for rooms in args.rooms:
-            v = list(col(rooms, m, "updates_to_q").values())
+            v = list(speed.get((rooms, m), ({}, {}))[1].values())       # per-seed ratio to GRPO's updates
             if not v:
                 continue
             s = paired.summary(v)
-            xs.append(rooms)
+            xs.append(rooms * 2 ** (0.03 * (i - len(shown) / 2)))         # side by side, not on top
             ys.append(s["mean"])
             lo.append(s["mean"] - s.get("lo", s["mean"]))
             hi.append(s.get("hi", s["mean"]) - s["mean"])
@@ -296,9 +297,11 @@ def plot(args, res, col):
             t = [x for x, _ in dc]
             ax[2].plot(t, [d["mean"] for _, d in dc], label=f"{m} (n={dc[0][1]['n']})", color=colors[m])
             ax[2].fill_between(t, [d["lo"] for _, d in dc], [d["hi"] for _, d in dc], color=colors[m], alpha=0.15)
+    ax[0].axhline(1.0, color="k", lw=0.8)
     ax[0].set_xlabel("rooms (horizon)")
-    ax[0].set_ylabel(f"updates until q_key ≥ {Q_TARGET} (95% CI)")
+    ax[0].set_ylabel("updates to GRPO's final q_key, × GRPO (95% CI)")
     ax[0].set_xscale("log", base=2)
+    ax[0].set_xticks(list(args.rooms), [str(r) for r in args.rooms])
     ax[1].set_xlabel("policy updates")
     ax[1].set_ylabel(f"q_key, rooms = {curve_rooms} (mean over seeds)")
     ax[2].axhline(0.0, color="k", lw=0.8)
