@@ -33,8 +33,8 @@ Per horizon and method against GRPO (and each --versus method): the paired diffe
 (bench/paired.py: mean, 95% bootstrap CI, exact sign-flip p). Writes results/NAME.{md,csv,png}
 (--name, default credit_lab; the plot: updates to GRPO's final q_key × GRPO's own vs horizon —
 the speed measure that is not censored when no run reaches the threshold within --iters — mean
-q_key curves, and the paired Δ q_key vs GRPO at every update with its CI); runs live in results/credit_lab/runs/,
-shared by every report, and finished ones are reused, so a study can be built over sittings.
+q_key curves, and the paired Δ q_key vs GRPO at every update with its CI); runs live in
+results/credit_lab/runs/, shared by every report, and finished ones are reused, so a study can be built over sittings.
 Besides bench/compare.py's methods, VARIANTS below names the lab's option variants.
 """
 from __future__ import annotations
