@@ -14,7 +14,11 @@ the per-seed differences (bench/paired.py: mean, 95% bootstrap CI, exact sign-fl
 
 Each (env, method, seed) run lives in `<out>/runs/<env>-<method>-s<seed>`; `--jobs N` run side by
 side (one CPU thread each). Finished runs are reused and interrupted ones resumed (`--resume`), so
-a long study is built up over several sittings by re-running the same command.
+a long study is built up over several sittings by re-running the same command. Run directories
+(checkpoints, logs) are git-ignored and do not survive a fresh clone or a new machine, so each
+finished run's summary (what the report reads: finals, costs, curves) is also written to
+`<out>/summaries/compare/<env>-<method>-s<seed>.json` with the protocol it ran under; commit those,
+and a later sitting on another machine reuses the run from its summary instead of running it again.
 
 `--full` is the paper's comparison at laptop scale: grpo, grpo-matched, prover, prover-random,
 prover-plus, gigpo, spo-chain, spo-tree and criticsearch on built-in ALFWorld, WebShop and SearchQA
@@ -85,6 +89,31 @@ def finished(d: str, iters: int) -> bool:
     return os.path.exists(p) and json.load(open(p))["step"] >= iters
 
 
+def summary_path(out: str, study: str, name: str) -> str:
+    """Where a finished run's summary is kept (tracked by git, unlike the run directory)."""
+    return os.path.join(out, "summaries", study, name + ".json")
+
+
+def save_summary(path: str, protocol: dict, summary: dict) -> None:
+    """Write {"protocol", "summary"} atomically (a sitting cut mid-write leaves the old file or none)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"protocol": protocol, "summary": summary}, f, indent=1)  # key order kept: the csv columns follow it
+    os.replace(path + ".tmp", path)
+
+
+def load_summary(path: str, protocol: dict) -> dict | None:
+    """The summary kept at `path`, or None when there is none. A summary made under another protocol
+    is refused with one line (SystemExit) rather than reused or silently run again."""
+    if not os.path.exists(path):
+        return None
+    rec = json.load(open(path))
+    diff = [f"{k}={rec['protocol'].get(k)!r} (this study: {v!r})" for k, v in protocol.items() if rec["protocol"].get(k) != v]
+    if diff:
+        raise SystemExit(f"{os.path.basename(os.path.dirname(path))}: the summary {path} was made with {diff[0]}; use another --out or remove it")
+    return rec["summary"]
+
+
 def run_train(d: str, flags: list[str], **env_vars) -> tuple[int, float]:
     """`train.py <flags> --out d`, its output appended to d/stdout.log; returns (rc, seconds)."""
     os.makedirs(d, exist_ok=True)
@@ -99,7 +128,7 @@ def run_train(d: str, flags: list[str], **env_vars) -> tuple[int, float]:
 def launch(job, args) -> tuple:
     env, method, seed = job
     d = run_dir(args.out, env, method, seed)
-    if finished(d, args.iters):
+    if done(job, args):
         return job, 0, "skipped (done)"
     flags = ["--env", env, *METHOD_ARGS[method], "--seed", str(seed), "--iters", str(args.iters),
              "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
@@ -110,7 +139,39 @@ def launch(job, args) -> tuple:
     rc, secs = run_train(d, flags, OMP_NUM_THREADS="1")
     with open(os.path.join(d, "wall.json"), "a") as f:
         f.write(json.dumps({"seconds": secs, "rc": rc}) + "\n")
+    result(job, args)                                   # keep its summary as soon as it has finished
     return job, rc, f"rc={rc} in {secs:.0f}s"
+
+
+def protocol(job, args) -> dict:
+    """The settings that make a run comparable within a study: config.json's PROTOCOL keys as this
+    study would write them, plus --iters and the extra train.py flags."""
+    env, method, seed = job
+    i = METHOD_ARGS[method].index("--judge") + 1 if "--judge" in METHOD_ARGS[method] else None
+    return {"env": env, "method": METHOD_ARGS[method][1], "judge": METHOD_ARGS[method][i] if i else None,
+            "seed": seed, "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
+            "eval_repeats": args.eval_repeats, "iters": args.iters, "extra": list(args.extra)}
+
+
+def job_name(job) -> str:
+    env, method, seed = job
+    return f"{env}-{method}-s{seed}"
+
+
+def result(job, args) -> dict | None:
+    """A finished run's summary: from its run directory when it is there (and then also kept as
+    <out>/summaries/compare/NAME.json), else from the kept summary; None for a run not finished."""
+    d, path = run_dir(args.out, *job), summary_path(args.out, "compare", job_name(job))
+    s = summarize_run(d) if finished(d, args.iters) else None
+    if s is not None and s["updates"] >= args.iters:
+        save_summary(path, protocol(job, args), s)
+        return s
+    return load_summary(path, protocol(job, args))
+
+
+def done(job, args) -> bool:
+    """Finished here (its run directory) or on an earlier machine (its kept summary)."""
+    return finished(run_dir(args.out, *job), args.iters) or os.path.exists(summary_path(args.out, "compare", job_name(job)))
 
 
 def protocol_clash(d: str, job, args) -> str | None:
@@ -121,11 +182,7 @@ def protocol_clash(d: str, job, args) -> str | None:
     if not os.path.exists(p):
         return None
     have = json.load(open(p))
-    env, method, seed = job
-    i = METHOD_ARGS[method].index("--judge") + 1 if "--judge" in METHOD_ARGS[method] else None
-    want = {"env": env, "method": METHOD_ARGS[method][1], "judge": METHOD_ARGS[method][i] if i else None,
-            "seed": seed, "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
-            "eval_repeats": args.eval_repeats}
+    want = protocol(job, args)
     for k in PROTOCOL:
         if want[k] is not None and k in have and have[k] != want[k]:
             return f"{k}={have[k]} (this study: {want[k]})"
@@ -241,10 +298,10 @@ def write_csv(path: str, res: dict) -> None:
 def collect(args, jobs) -> dict:
     """{(env, method, seed): summary} of the finished runs (unfinished ones are not compared)."""
     res = {}
-    for env, method, seed in jobs:
-        s = summarize_run(run_dir(args.out, env, method, seed))
-        if s is not None and s["updates"] >= args.iters:
-            res[(env, method, seed)] = s
+    for job in jobs:
+        s = result(job, args)
+        if s is not None:
+            res[job] = s
     return res
 
 
@@ -412,12 +469,14 @@ def main():
     if clashes and not args.report_only:     # before any warm start: one line, never a silent reuse
         raise SystemExit(f"compare: {clashes[0][0]} was made with {clashes[0][1]}"
                          f"{f' (and {len(clashes) - 1} more runs)' if len(clashes) > 1 else ''}; use another --out")
+    for j in jobs:                            # a kept summary from another protocol: one line, now
+        load_summary(summary_path(args.out, "compare", job_name(j)), protocol(j, args))
     if not args.report_only:
         from tqdm import tqdm
         # the warm start is cached per env (--bc-seed 0): build it once per env first (`--iters 0`,
         # data parallel over the cores), so that every training can then run side by side
         for env, b in dict.fromkeys((e, bc_seed(args, s)) for e, _, s in jobs):
-            if any(not finished(run_dir(args.out, e, m, s), args.iters) for e, m, s in jobs if e == env and bc_seed(args, s) == b):
+            if any(not done(j, args) for j in jobs if j[0] == env and bc_seed(args, j[2]) == b):
                 print(warm_start(env, b, args), flush=True)
         bar = tqdm(total=len(jobs), desc="compare runs")
         with ThreadPoolExecutor(args.jobs) as ex:

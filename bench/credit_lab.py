@@ -34,7 +34,11 @@ Per horizon and method against GRPO (and each --versus method): the paired diffe
 (--name, default credit_lab; the plot: updates to GRPO's final q_key × GRPO's own vs horizon —
 the speed measure that is not censored when no run reaches the threshold within --iters — mean
 q_key curves, and the paired Δ q_key vs GRPO at every update with its CI); runs live in
-results/credit_lab/runs/, shared by every report, and finished ones are reused, so a study can be built over sittings.
+results/credit_lab/runs/ (git-ignored), shared by every report, and finished ones are reused, so a
+study can be built over sittings; each finished run's summary (with its q_key curve) is also kept in
+results/summaries/credit_lab/keydoor-r<rooms>-<method>-s<seed>.json with the protocol it ran under
+(the method's flags, --iters, evaluation), tracked by git, so that a sitting on a fresh clone reuses
+it too (bench/compare.py's summaries).
 Besides bench/compare.py's methods, VARIANTS below names the lab's option variants.
 """
 from __future__ import annotations
@@ -100,6 +104,34 @@ def env_flags(rooms: int, args) -> list[str]:
     return ["--env", "keydoor", "--env-opt", f"rooms={rooms}", *args.extra]
 
 
+def protocol(job, args) -> dict:
+    """What makes a lab run comparable: its horizon, the method's train.py flags as VARIANTS spells
+    them now (a variant redefined since is not reused), the seed, updates, evaluation, extra flags."""
+    rooms, method, seed = job
+    return {"rooms": rooms, "method": method, "flags": list(ARGS[method]), "seed": seed, "iters": args.iters,
+            "eval_every": args.eval_every, "eval_repeats": args.eval_repeats, "extra": list(args.extra)}
+
+
+def kept(job, args) -> str:
+    rooms, method, seed = job
+    return compare.summary_path(args.out, "credit_lab", f"keydoor-r{rooms}-{method}-s{seed}")
+
+
+def result(job, args) -> dict | None:
+    """A finished run's summary: from its run directory when it is there (and then kept), else from
+    the kept summary (refused with one line if made under another protocol); None if not finished."""
+    r = summarize(run_dir(args.out, *job), args.iters)
+    if r is not None:
+        if r["q_curve"][-1][0] == args.iters:       # a longer run is reported here but not kept as this protocol's
+            compare.save_summary(kept(job, args), protocol(job, args), r)
+        return r
+    return compare.load_summary(kept(job, args), protocol(job, args))
+
+
+def done(job, args) -> bool:
+    return compare.finished(run_dir(args.out, *job), args.iters) or os.path.exists(kept(job, args))
+
+
 def warm_start(rooms: int, seed: int, args) -> None:
     """The warm start the methods of (rooms, seed) share, built once (train.py --iters 0)."""
     d = os.path.join(args.out, "credit_lab", "runs", f"keydoor-r{rooms}-warmstart-s{seed}")
@@ -114,7 +146,7 @@ def warm_start(rooms: int, seed: int, args) -> None:
 def launch(job, args) -> str:
     rooms, method, seed = job
     d = run_dir(args.out, rooms, method, seed)
-    if compare.finished(d, args.iters):
+    if done(job, args):
         return "skipped (done)"
     flags = [*env_flags(rooms, args), *ARGS[method], "--seed", str(seed), "--bc-seed", str(seed),
              "--iters", str(args.iters), "--eval-every", str(args.eval_every), "--eval-repeats", str(args.eval_repeats),
@@ -124,6 +156,7 @@ def launch(job, args) -> str:
     rc, secs = compare.run_train(d, flags, OMP_NUM_THREADS="1")
     with open(os.path.join(d, "wall.json"), "a") as f:
         f.write(json.dumps({"seconds": secs, "rc": rc}) + "\n")
+    result(job, args)                                   # keep its summary as soon as it has finished
     return f"rc={rc} in {secs:.0f}s"
 
 
@@ -183,7 +216,7 @@ def optional(x, fmt="{:.2f}") -> str:
 def report(args, jobs) -> str:
     res = {}
     for rooms, m, s in jobs:
-        r = summarize(run_dir(args.out, rooms, m, s), args.iters)
+        r = result((rooms, m, s), args)
         if r is not None:
             r["q_key_mid"] = dict(r["q_curve"]).get(args.mid_update)       # q_key at --mid-update
             res[(rooms, m, s)] = r
@@ -341,10 +374,12 @@ def main():
     args.extra = [a for a in args.extra if a != "--"]
     args.title = "Credit lab" if args.name == "credit_lab" else f"Credit lab: {args.name}"
     jobs = [(r, m, s) for r in args.rooms for s in args.seeds for m in args.methods]
+    for j in jobs:                        # a kept summary from another protocol: one line, before any run
+        compare.load_summary(kept(j, args), protocol(j, args))
     if not args.report_only:
         from tqdm import tqdm
         t0 = time.time()
-        todo = [j for j in jobs if not compare.finished(run_dir(args.out, *j), args.iters)]
+        todo = [j for j in jobs if not done(j, args)]
         with ThreadPoolExecutor(args.jobs) as ex:      # warm starts first, each once per (rooms, seed)
             list(ex.map(lambda rs: warm_start(*rs, args), dict.fromkeys((r, s) for r, _, s in todo)))
         bar = tqdm(total=len(jobs), desc="credit lab runs")

@@ -6,6 +6,7 @@ import ast
 import itertools
 import os
 import random
+import shutil
 import sys
 
 import pytest
@@ -202,6 +203,21 @@ def test_compare_report_plan_and_protocol_on_hand_made_runs(tmp_path):
     avg = paired.paired({0: (0.45 + 0.20) / 2, 1: (0.60 + 0.36) / 2}, {0: (0.40 + 0.20) / 2, 1: (0.50 + 0.30) / 2})
     assert f"| {paired.fmt(avg, 100, sign=True)} |" in table.split("## average over benchmarks")[1]
     assert (tmp_path / "compare_delta.png").stat().st_size > 1000 and (tmp_path / "compare.csv").exists()
+    # the summaries kept beside the report stand in for run directories lost with the machine: the
+    # same table from them alone, and the CLI reuses them without a warm start or a training
+    kept = sorted(p.name for p in (tmp_path / "summaries" / "compare").iterdir())
+    assert kept == sorted(f"{e}-{m}-s{s}.json" for (e, m), fs in finals.items() for s in range(len(fs)))
+    shutil.rmtree(tmp_path / "runs")
+    assert compare.report(args, compare.plan(args)) == table
+    cli = [sys.executable, os.path.join(ROOT, "bench", "compare.py"), "--envs", "alfworld", "--methods", "grpo", "prover",
+           "--iters", "2", "--eval-every", "25", "--eval-episodes", "0", "--out", str(tmp_path)]
+    r = subprocess.run([*cli, "--seeds", "0", "1", "--eval-repeats", "4"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "skipped (done)" in r.stdout + r.stderr and not (tmp_path / "runs").exists(), r.stderr[-500:]
+    assert f"| prover | {paired.fmt(paired.summary([0.45, 0.60]), 100)} | {paired.fmt(d, 100, sign=True)} |" in r.stdout
+    # a kept summary from another protocol is refused with one line, before any set-up
+    r = subprocess.run([*cli, "--seeds", "0", "--eval-repeats", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and r.stderr.strip().count("\n") == 0 and not (tmp_path / "runs").exists()
+    assert "alfworld-grpo-s0.json was made with eval_repeats=4 (this study: 2)" in r.stderr
     # a finished run made with another evaluation is refused, naming the run, before any warm start
     _hand_run(tmp_path / "runs" / "alfworld-grpo-s2", 0.5, cfg={"env": "alfworld", "method": "grpo", "seed": 2,
                                                                "eval_every": 25, "eval_episodes": 64, "eval_repeats": 4})
@@ -273,7 +289,7 @@ def test_a_failing_credit_step_is_confined_to_its_group(tmp_path, monkeypatch):
         train.credit(tr, groups, [[[0.1, 0.1]] for _ in range(3)], 6, lines.append)
 
 
-def test_credit_lab_report_table_csv_and_plot_on_hand_made_runs(tmp_path):
+def test_credit_lab_report_table_csv_and_plot_on_hand_made_runs(tmp_path, monkeypatch):
     """bench/credit_lab.py's report() over run directories as train.py leaves them: an unfinished run
     is left out, the `--mid-update` column is the paired Δ q_key at that update (hand computation,
     exact sign-flip p over 3 seeds = 2/8), the csv carries q_key_mid per run, and the plot is written."""
@@ -291,7 +307,8 @@ def test_credit_lab_report_table_csv_and_plot_on_hand_made_runs(tmp_path):
     unfinished.mkdir()
     (unfinished / "metrics.jsonl").write_text(json.dumps({"step": 1, "lab/q_key": 0.9}) + "\n")
     args = argparse.Namespace(out=str(tmp_path), iters=3, mid_update=2, rooms=[4], methods=["grpo", "prover"],
-                              versus=["grpo"], plot_methods=None, curve_rooms=0, name="lab", title="Credit lab")
+                              versus=["grpo"], plot_methods=None, curve_rooms=0, name="lab", title="Credit lab",
+                              eval_every=10, eval_repeats=1, extra=[])
     jobs = [(4, m, s) for s in range(4) for m in ("grpo", "prover")]
     table = credit_lab.report(args, jobs)
     row = next(line for line in table.splitlines() if line.startswith("| prover |")).split(" | ")
@@ -304,3 +321,12 @@ def test_credit_lab_report_table_csv_and_plot_on_hand_made_runs(tmp_path):
         got = {(r["method"], int(r["seed"])): float(r["q_key_mid"]) for r in csv.DictReader(f)}
     assert got == {k: v[1] for k, v in q.items()}                        # seed 3 (unfinished) is not there
     assert (tmp_path / "lab.png").stat().st_size > 10_000 and (tmp_path / "lab.md").read_text().count("## rooms = 4") == 1
+    # the kept summaries (q_key curves included) rebuild the same report once the run directories are
+    # gone; a variant whose flags changed since its runs is refused, not reused
+    csv_text = (tmp_path / "lab.csv").read_text()
+    assert len(list((tmp_path / "summaries" / "credit_lab").iterdir())) == 6          # not the unfinished one
+    shutil.rmtree(tmp_path / "credit_lab")
+    assert credit_lab.report(args, jobs) == table and (tmp_path / "lab.csv").read_text() == csv_text
+    monkeypatch.setitem(credit_lab.ARGS, "prover", ["--method", "prover", "--lam", "2"])
+    with pytest.raises(SystemExit, match=r"keydoor-r4-prover-s0.json was made with flags="):
+        credit_lab.result((4, "prover", 0), args)
