@@ -79,7 +79,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     saved = json.load(open(cfg_path))
     cfg = train.Config(**{k: v for k, v in saved.items() if k in train.Config.__dataclass_fields__})
-    spec, env_kw, _, split = build.env_setup(cfg, lambda *_: None)
+    try:      # a hand-edited config.json can hold what train.py would have refused: one line, not a traceback
+        spec, env_kw, _, split = build.env_setup(cfg, lambda *_: None)
+    except ValueError as e:
+        raise SystemExit(f"diagnose: {cfg_path}: {e}")
     if not (a.episodes or spec.num_tasks(split)):
         raise SystemExit(f"diagnose: --episodes 0 (the whole split): split {split!r} is generated; give a number")
     model, tok = policy.load_hf(model_dir)

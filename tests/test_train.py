@@ -431,6 +431,12 @@ def test_keydoor_from_the_command_line(tmp_path, cache):
     d = subprocess.run([*diag, str(tmp_path / "gen"), "--model", str(out / "checkpoint"), "--episodes", "0"],
                        capture_output=True, text=True, timeout=120)
     assert d.returncode == 1 and "split 'train' is generated" in d.stderr and len(d.stderr.strip().splitlines()) == 1, d.stderr
+    # a hand-edited config that train.py would have refused (the whole of a generated split) is one
+    # line naming the file, not a traceback from the env set-up
+    json.dump({**gen, "eval_episodes": 0}, open(tmp_path / "gen" / "config.json", "w"))
+    d = subprocess.run([*diag, str(tmp_path / "gen"), "--model", str(out / "checkpoint"), "--episodes", "4"],
+                       capture_output=True, text=True, timeout=120)
+    assert d.returncode == 1 and "config.json: --eval-episodes 0" in d.stderr and len(d.stderr.strip().splitlines()) == 1, d.stderr
     for bad, word in ((["rooms=abc"], "rooms"), (["p_key=1.5"], "p_key"), (["doors=2"], "doors"), (["pivot=5", "rooms=4"], "pivot")):
         t0 = time.time()
         r = run(["--env", "keydoor", *[a for b in bad for a in ("--env-opt", b)], "--out", str(tmp_path / "bad")], cache, timeout=60)
