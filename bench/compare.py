@@ -328,9 +328,22 @@ def mean_cell(res, env, method, key, scale=1.0, digits=0, unit="") -> str:
 
 def average_by_seed(res, envs, metric, method) -> dict:
     """{seed: the mean over envs of the final metric} for the seeds `method` has on every env."""
-    per = [by_seed(res, e, method, metric[e]) for e in envs]
+    per = [{s: v for s, v in by_seed(res, e, method, metric[e]).items() if s not in unpaired_seeds(res, e)} for e in envs]
     common = set.intersection(*(set(p) for p in per)) if per else set()
     return {s: paired.mean([p[s] for p in per]) for s in sorted(common)}
+
+
+def unpaired_seeds(res: dict, env: str) -> dict:
+    """{seed: {method: held-out success at update 0}} for the seeds of `env` whose methods did not
+    start from the same warm start. Paired seeds share the warm start and the evaluation's sampling
+    seed, so their update-0 readings are equal to the last digit; a difference means the runs came
+    from different warm starts (a warm start rebuilt on another machine: CPU float kernels differ),
+    and their difference would carry the warm starts' gap. Such a seed is left out of every Δ."""
+    inits: dict = {}
+    for (e, m, s), r in res.items():
+        if e == env:
+            inits.setdefault(s, {})[m] = r["init_success"]
+    return {s: d for s, d in sorted(inits.items()) if max(d.values()) - min(d.values()) > 1e-9}
 
 
 def report(args, jobs) -> str:
@@ -349,18 +362,22 @@ def report(args, jobs) -> str:
     for e in envs:
         out += [f"## {e}\n", "| method | final held-out | Δ vs GRPO | p | policy tokens / update | judge tokens / update "
                 "| env steps / update | s / update | accept |", "|---|---|---|---|---|---|---|---|---|"]
-        base = by_seed(res, e, "grpo", metric[e])
+        bad = unpaired_seeds(res, e)
+        base = {s: v for s, v in by_seed(res, e, "grpo", metric[e]).items() if s not in bad}
         for m in methods:
             vals = by_seed(res, e, m, metric[e])
             if not vals:
                 continue
-            d = paired.paired(vals, base) if m != "grpo" and base else None
+            d = paired.paired({s: v for s, v in vals.items() if s not in bad}, base) if m != "grpo" and base else None
             out.append(f"| {m} | {paired.fmt(paired.summary(list(vals.values())), 100)} | "
                        f"{paired.fmt(d, 100, sign=True) if d else '–'} | {paired.fmt_p(d.get('p')) if d else '–'} | "
                        f"{ratio(res, e, m, 'policy_tokens_per_update', pct=True)} | "
                        f"{mean_cell(res, e, m, 'judge_tokens_per_update')} | "
                        f"{ratio(res, e, m, 'env_steps_per_update')} | {ratio(res, e, m, 'iter_seconds', digits=1)} | "
                        f"{mean_cell(res, e, m, 'accept_rate', 100, 0, '%')} |")
+        for sd, inits in bad.items():
+            out.append(f"\nNot paired, left out of Δ: seed {sd} started from different warm starts (update-0 held-out "
+                       + ", ".join(f"{m} {100 * v:.1f}" for m, v in inits.items()) + ").")
         if e in PAPER["policy_tokens"]:
             out.append(f"\nThe paper (4B): ProVer's generated policy tokens {PAPER['policy_tokens'][e]} over GRPO.")
         out.append("")

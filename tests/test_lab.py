@@ -153,14 +153,14 @@ def test_credit_lab_speed_columns_on_hand_made_curves(tmp_path):
     assert credit_lab.summarize(str(d), iters=3) is None                  # not finished: not reported
 
 
-def _hand_run(d, final, rows_extra=None, cfg=None, step=2):
+def _hand_run(d, final, rows_extra=None, cfg=None, step=2, init=0.3):
     """A finished run directory as train.py writes it: config.json, checkpoint/state.json and a
     metrics.jsonl with the warm start's evaluation, `step` updates and the final evaluation."""
     import json
     (d / "checkpoint").mkdir(parents=True)
     (d / "config.json").write_text(json.dumps(cfg or {}))
     (d / "checkpoint" / "state.json").write_text(json.dumps({"step": step}))
-    rows = [{"step": 0, "eval/success": 0.3, "eval/score": 0.3}]
+    rows = [{"step": 0, "eval/success": init, "eval/score": init}]
     for t in range(1, step + 1):
         rows.append({"step": t, "tokens/rollout": 100, "tokens/verify": 0, "tokens/judge": 0, "env_steps/total": 10,
                      "time/iter_s": 2.0, **(rows_extra or {}).get(t, {})})
@@ -226,6 +226,26 @@ def test_compare_report_plan_and_protocol_on_hand_made_runs(tmp_path):
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "alfworld-grpo-s2 was made with eval_episodes=64 (this study: 0)" in r.stderr
     assert r.stderr.strip().count("\n") == 0 and not (tmp_path / "runs" / "alfworld-warmstart").exists()
+
+
+def test_compare_leaves_a_seed_with_different_warm_starts_out_of_the_paired_difference(tmp_path):
+    """Seed 1's prover run started from another warm start (its update-0 reading differs from
+    grpo's): the Δ pairs seed 0 and 2 only, and the table names seed 1 with both readings."""
+    import argparse
+    import compare
+    args = argparse.Namespace(envs=["alfworld"], methods=["grpo", "prover"], seeds=[0, 1, 2], iters=2, eval_every=25,
+                              eval_episodes=0, eval_repeats=4, cell_seeds=[], jobs=2, out=str(tmp_path), extra=[],
+                              warm_start="shared")
+    finals = {"grpo": [0.40, 0.50, 0.45], "prover": [0.45, 0.30, 0.55]}
+    for m, fs in finals.items():
+        for s, f in enumerate(fs):
+            _hand_run(tmp_path / "runs" / f"alfworld-{m}-s{s}", f, init=0.2 if (m, s) == ("prover", 1) else 0.3,
+                      cfg={"env": "alfworld", "method": m, "seed": s, "eval_every": 25, "eval_episodes": 0, "eval_repeats": 4})
+    table = compare.report(args, compare.plan(args))
+    d = paired.paired({0: 0.45, 2: 0.55}, {0: 0.40, 2: 0.45})
+    assert d["n"] == 2 and f"| {paired.fmt(d, 100, sign=True)} |" in table
+    assert f"| prover | {paired.fmt(paired.summary(finals['prover']), 100)} |" in table       # the cell keeps all 3
+    assert "Not paired, left out of Δ: seed 1 started from different warm starts (update-0 held-out grpo 30.0, prover 20.0)" in table
 
 
 def test_no_import_circles_but_the_env_registry():
