@@ -12,6 +12,14 @@ from the same warm start — one shared by every seed (`--bc-seed 0`, built once
 Methods then differ only in credit assignment, and the report compares each method with GRPO by
 the per-seed differences (bench/paired.py: mean, 95% bootstrap CI, exact sign-flip p).
 
+Warm starts are pinned: every run of a study caches and loads its tiny warm start under
+`<out>/warmstarts/` (`train.py --cache-dir`), which is committed. Behaviour cloning is not
+bit-reproducible across CPUs (float kernels differ by instruction set and the differences grow over
+the BC steps), so a warm start rebuilt on another machine is another warm start; the committed one
+makes a later sitting on another machine start where the first did. Each run's summary records the
+hash of the weights it started from, and the report leaves a seed whose methods started from
+different weights out of the paired differences (naming it under the table).
+
 Each (env, method, seed) run lives in `<out>/runs/<env>-<method>-s<seed>`; `--jobs N` run side by
 side (one CPU thread each). Finished runs are reused and interrupted ones resumed (`--resume`), so
 a long study is built up over several sittings by re-running the same command. Run directories
@@ -133,7 +141,7 @@ def launch(job, args) -> tuple:
     flags = ["--env", env, *METHOD_ARGS[method], "--seed", str(seed), "--iters", str(args.iters),
              "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
              "--eval-repeats", str(args.eval_repeats), "--threads", "1", "--workers", "1",
-             "--bc-seed", str(bc_seed(args, seed)), *args.extra]
+             "--bc-seed", str(bc_seed(args, seed)), "--cache-dir", warm_dir(args), *args.extra]
     if os.path.exists(os.path.join(d, "checkpoint", "state.json")):
         flags.append("--resume")
     rc, secs = run_train(d, flags, OMP_NUM_THREADS="1")
@@ -223,6 +231,25 @@ def bc_seed(args, seed: int) -> int:
     return seed if args.warm_start == "per-seed" else 0
 
 
+def warm_dir(args) -> str:
+    """Where this study's warm starts are cached and loaded (`train.py --cache-dir`): beside its
+    results, so they are committed with the summaries and the next machine loads the same weights."""
+    return os.path.abspath(os.path.join(args.out, "warmstarts"))
+
+
+def warm_start_id(d: str) -> str | None:
+    """The first 12 hex of the sha1 of the weights the run in `d` loaded its warm start from (the
+    folder its stdout.log names), or None when the log does not name one (e.g. a hand-made run)."""
+    import hashlib
+    import re
+    log = os.path.join(d, "stdout.log")
+    if not os.path.exists(log):
+        return None
+    m = re.findall(r"cached warm start at (\S+)", open(log, errors="replace").read())
+    w = os.path.join(m[-1], "model.safetensors") if m else None
+    return hashlib.sha1(open(w, "rb").read()).hexdigest()[:12] if w and os.path.exists(w) else None
+
+
 def warm_start(env: str, seed: int, args) -> str:
     """Build (or find cached) a warm start: train.py with no updates, the same warm-start flags as
     every run (`--bc-seed`, the extra flags, which may change its cache key) and the default
@@ -230,7 +257,8 @@ def warm_start(env: str, seed: int, args) -> str:
     runs/<env>-warmstart[-s<bc seed>]/stdout.log."""
     b = bc_seed(args, seed)
     d = os.path.join(args.out, "runs", f"{env}-warmstart" + (f"-s{b}" if args.warm_start == "per-seed" else ""))
-    rc, secs = run_train(d, ["--env", env, "--iters", "0", "--bc-seed", str(b), "--eval-every", "0", *args.extra])
+    rc, secs = run_train(d, ["--env", env, "--iters", "0", "--bc-seed", str(b), "--eval-every", "0",
+                             "--cache-dir", warm_dir(args), *args.extra])
     if rc != 0:
         raise SystemExit(f"compare: the {env} warm start (bc seed {b}) failed (rc={rc}); see {d}/stdout.log")
     return f"{env} warm start ready in {secs:.0f}s"
@@ -260,7 +288,7 @@ def summarize_run(d: str) -> dict | None:
             "accept_rate": pooled_rate(tr, "prover/accept_rate", ("prover/valid", "prover/repaired")),
             "iter_seconds": sum(r.get("time/iter_s", 0) for r in tr) / len(tr), "wall_seconds": wall,
             "curve": [(r["step"], r["eval/success"]) for r in ev],
-            "tok_curve": cum_tokens(rows)}
+            "tok_curve": cum_tokens(rows), "warm_start": warm_start_id(d)}
 
 
 def pooled_rate(rows, rate_key: str, count_keys: tuple) -> float:
@@ -285,14 +313,13 @@ def cum_tokens(rows):
 
 
 def write_csv(path: str, res: dict) -> None:
+    rows = [{"env": env, "method": method, "seed": seed, **{k: v for k, v in r.items() if "curve" not in k}}
+            for (env, method, seed), r in res.items()]
+    fields = list(dict.fromkeys(k for row in rows for k in row))   # every key any run has (older summaries lack some)
     with open(path, "w", newline="") as f:
-        w = None
-        for (env, method, seed), r in res.items():
-            row = {"env": env, "method": method, "seed": seed, **{k: v for k, v in r.items() if "curve" not in k}}
-            if w is None:
-                w = csv.DictWriter(f, fieldnames=list(row), extrasaction="ignore")
-                w.writeheader()
-            w.writerow(row)
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
 
 
 def collect(args, jobs) -> dict:
@@ -335,15 +362,24 @@ def average_by_seed(res, envs, metric, method) -> dict:
 
 def unpaired_seeds(res: dict, env: str) -> dict:
     """{seed: {method: held-out success at update 0}} for the seeds of `env` whose methods did not
-    start from the same warm start. Paired seeds share the warm start and the evaluation's sampling
-    seed, so their update-0 readings are equal to the last digit; a difference means the runs came
-    from different warm starts (a warm start rebuilt on another machine: CPU float kernels differ),
-    and their difference would carry the warm starts' gap. Such a seed is left out of every Δ."""
+    start from the same warm start, whose difference would carry the warm starts' gap; such a seed
+    is left out of every Δ. The same start is the same weights hash where every run of the seed
+    recorded one; otherwise (summaries made before the hash was kept) the same update-0 reading:
+    paired runs share the warm start and the evaluation's sampling seed, so theirs agree to the last
+    digit, and a warm start rebuilt on another machine reads differently."""
     inits: dict = {}
+    ids: dict = {}
     for (e, m, s), r in res.items():
         if e == env:
             inits.setdefault(s, {})[m] = r["init_success"]
-    return {s: d for s, d in sorted(inits.items()) if max(d.values()) - min(d.values()) > 1e-9}
+            ids.setdefault(s, {})[m] = r.get("warm_start")
+    bad = {}
+    for s, d in sorted(inits.items()):
+        known = [i for i in ids[s].values() if i]
+        differ = len(set(known)) > 1 if len(known) == len(ids[s]) else max(d.values()) - min(d.values()) > 1e-9
+        if differ:
+            bad[s] = d
+    return bad
 
 
 def report(args, jobs) -> str:

@@ -229,23 +229,33 @@ def test_compare_report_plan_and_protocol_on_hand_made_runs(tmp_path):
 
 
 def test_compare_leaves_a_seed_with_different_warm_starts_out_of_the_paired_difference(tmp_path):
-    """Seed 1's prover run started from another warm start (its update-0 reading differs from
-    grpo's): the Δ pairs seed 0 and 2 only, and the table names seed 1 with both readings."""
+    """A seed is paired when its runs loaded the same warm-start weights (their logs name folders
+    whose weights hash alike), even if the update-0 readings differ (another machine's evaluation);
+    seed 1's prover run loaded other weights, so the Δ pairs seeds 0 and 2 only and the table names
+    seed 1; seed 2's runs name no warm start, and there equal update-0 readings decide."""
     import argparse
     import compare
     args = argparse.Namespace(envs=["alfworld"], methods=["grpo", "prover"], seeds=[0, 1, 2], iters=2, eval_every=25,
                               eval_episodes=0, eval_repeats=4, cell_seeds=[], jobs=2, out=str(tmp_path), extra=[],
                               warm_start="shared")
+    for w, data in (("a", b"weights a"), ("a2", b"weights a"), ("b", b"weights b")):
+        (tmp_path / w).mkdir()
+        (tmp_path / w / "model.safetensors").write_bytes(data)
     finals = {"grpo": [0.40, 0.50, 0.45], "prover": [0.45, 0.30, 0.55]}
+    folder = {("grpo", 0): "a", ("prover", 0): "a2", ("grpo", 1): "a", ("prover", 1): "b"}
     for m, fs in finals.items():
         for s, f in enumerate(fs):
-            _hand_run(tmp_path / "runs" / f"alfworld-{m}-s{s}", f, init=0.2 if (m, s) == ("prover", 1) else 0.3,
+            d = tmp_path / "runs" / f"alfworld-{m}-s{s}"
+            _hand_run(d, f, init={("prover", 0): 0.31, ("prover", 1): 0.2}.get((m, s), 0.3),
                       cfg={"env": "alfworld", "method": m, "seed": s, "eval_every": 25, "eval_episodes": 0, "eval_repeats": 4})
+            if (m, s) in folder:
+                (d / "stdout.log").write_text(f"tiny policy: cached warm start at {tmp_path / folder[m, s]}\n")
     table = compare.report(args, compare.plan(args))
     d = paired.paired({0: 0.45, 2: 0.55}, {0: 0.40, 2: 0.45})
     assert d["n"] == 2 and f"| {paired.fmt(d, 100, sign=True)} |" in table
     assert f"| prover | {paired.fmt(paired.summary(finals['prover']), 100)} |" in table       # the cell keeps all 3
     assert "Not paired, left out of Δ: seed 1 started from different warm starts (update-0 held-out grpo 30.0, prover 20.0)" in table
+    assert table.count("Not paired") == 1
 
 
 def test_no_import_circles_but_the_env_registry():

@@ -360,13 +360,15 @@ def test_learning_bench_summary_names_nondefault_flags(tmp_path):
 
 
 def test_compare_bench_builds_one_warm_start_then_runs_side_by_side(tmp_path):
-    """bench/compare.py: the shared warm start is built once (runs/<env>-warmstart, --iters 0),
-    every method's run then loads it from the cache, and the table names each method; a re-run
-    skips the finished runs."""
-    out, cache = tmp_path / "res", tmp_path / "cache"
+    """bench/compare.py: the shared warm start is built once (runs/<env>-warmstart, --iters 0) and
+    pinned beside the results (<out>/warmstarts/, to be committed), every method's run then loads
+    it from there and its summary records the weights' hash, and the table names each method; a
+    re-run skips the finished runs."""
+    import hashlib
+    out = tmp_path / "res"
     cmd = [sys.executable, os.path.join(ROOT, "bench", "compare.py"), "--envs", "alfworld", "--methods", "grpo",
            "prover", "--seeds", "0", "--iters", "1", "--eval-every", "1", "--eval-episodes", "4", "--out", str(out),
-           "--", *TINY, "--bc-target", "0", "--cache-dir", str(cache)]
+           "--", *TINY, "--bc-target", "0"]
     env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -376,6 +378,10 @@ def test_compare_bench_builds_one_warm_start_then_runs_side_by_side(tmp_path):
         log = (out / "runs" / f"alfworld-{m}-s0" / "stdout.log").read_text()
         assert "cached warm start" in log and "behaviour cloning" not in log
         assert metrics(out / "runs" / f"alfworld-{m}-s0")[-1]["step"] == 1
+    (pinned,) = (out / "warmstarts").glob("tiny-alfworld-*/model.safetensors")
+    sha = hashlib.sha1(pinned.read_bytes()).hexdigest()[:12]
+    for m in ("grpo", "prover"):
+        assert json.load(open(out / "summaries" / "compare" / f"alfworld-{m}-s0.json"))["summary"]["warm_start"] == sha
     table = (out / "compare.md").read_text()
     assert "| grpo |" in table and "| prover |" in table
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
