@@ -38,7 +38,10 @@ results/credit_lab/runs/ (git-ignored), shared by every report, and finished one
 study can be built over sittings; each finished run's summary (with its q_key curve) is also kept in
 results/summaries/credit_lab/keydoor-r<rooms>-<method>-s<seed>.json with the protocol it ran under
 (the method's flags, --iters, evaluation), tracked by git, so that a sitting on a fresh clone reuses
-it too (bench/compare.py's summaries).
+it too (bench/compare.py's summaries). Warm starts are pinned as in bench/compare.py: cached and
+loaded under results/warmstarts/ (commit those a study spans sittings with), each summary records
+the hash of the weights its run loaded, and a seed whose methods started from different weights
+is left out of the report, named under its table.
 Besides bench/compare.py's methods, VARIANTS below names the lab's option variants.
 """
 from __future__ import annotations
@@ -138,7 +141,7 @@ def warm_start(rooms: int, seed: int, args) -> None:
     if os.path.exists(os.path.join(d, "config.json")):
         return
     rc, _ = compare.run_train(d, [*env_flags(rooms, args), "--iters", "0", "--eval-every", "0", "--bc-seed", str(seed),
-                                  "--workers", "1", "--threads", "1"], OMP_NUM_THREADS="1")
+                                  "--workers", "1", "--threads", "1", "--cache-dir", compare.warm_dir(args)], OMP_NUM_THREADS="1")
     if rc != 0:
         raise SystemExit(f"credit_lab: warm start rooms={rooms} seed={seed} failed (rc={rc}); see {d}/stdout.log")
 
@@ -150,7 +153,8 @@ def launch(job, args) -> str:
         return "skipped (done)"
     flags = [*env_flags(rooms, args), *ARGS[method], "--seed", str(seed), "--bc-seed", str(seed),
              "--iters", str(args.iters), "--eval-every", str(args.eval_every), "--eval-repeats", str(args.eval_repeats),
-             "--checkpoint-every", str(args.eval_every), "--workers", "1", "--threads", "1"]
+             "--checkpoint-every", str(args.eval_every), "--workers", "1", "--threads", "1",
+             "--cache-dir", compare.warm_dir(args)]
     if os.path.exists(os.path.join(d, "checkpoint", "state.json")):
         flags.append("--resume")
     rc, secs = compare.run_train(d, flags, OMP_NUM_THREADS="1")
@@ -187,7 +191,7 @@ def summarize(d: str, iters: int) -> dict | None:
             "credited_per_update": credited / len(tr),
             "env_steps_per_update": sum(r.get("env_steps/total", 0) for r in tr) / len(tr),
             "iter_seconds": sum(r.get("time/iter_s", 0) for r in tr) / len(tr), "wall_seconds": wall,
-            "q_curve": [(r["step"], r.get("lab/q_key")) for r in tr]}
+            "q_curve": [(r["step"], r.get("lab/q_key")) for r in tr], "warm_start": compare.warm_start_id(d)}
 
 
 def updates_to(curve: list[tuple[int, float]], target: float, censor: int) -> int:
@@ -220,6 +224,10 @@ def report(args, jobs) -> str:
         if r is not None:
             r["q_key_mid"] = dict(r["q_curve"]).get(args.mid_update)       # q_key at --mid-update
             res[(rooms, m, s)] = r
+    # every figure here is paired per seed, so a seed whose methods started from different warm
+    # starts (rebuilt on another machine: compare.unpaired_seeds) is left out of the whole report
+    unpaired = {rooms: compare.unpaired_seeds(res, rooms) for rooms in {k[0] for k in res}}
+    res = {k: r for k, r in res.items() if k[2] not in unpaired[k[0]]}
     speed = {(rooms, m): to_reference_final(res, rooms, m, args.iters) for rooms, m, _ in res}
     with open(os.path.join(args.out, f"{args.name}.csv"), "w", newline="") as f:
         w = csv.writer(f)
@@ -227,7 +235,7 @@ def report(args, jobs) -> str:
         w.writerow(["rooms", "method", "seed", *keys, "updates_to_grpo_final_q", "ratio_to_grpo"])
         for (rooms, m, s), r in sorted(res.items()):
             upd, ratio = speed[(rooms, m)]
-            w.writerow([rooms, m, s, *(r[k] for k in keys), upd.get(s, ""), ratio.get(s, "")])
+            w.writerow([rooms, m, s, *(r.get(k, "") for k in keys), upd.get(s, ""), ratio.get(s, "")])
 
     def col(rooms, m, key):
         return {s: r[key] for (ro, mm, s), r in res.items() if ro == rooms and mm == m and r[key] is not None}
@@ -279,6 +287,9 @@ def report(args, jobs) -> str:
                 f"{cell_mean(rooms, m, 'judge_hit')} | {cell_mean(rooms, m, 'accept_rate')} | "
                 f"{cell_mean(rooms, m, 'credit_precision')} | {cell_mean(rooms, m, 'credited_per_update', '{:.1f}')} | "
                 f"{cell_mean(rooms, m, 'verify_tokens_per_credit', '{:.0f}')} | {tk:.0f}{rel} |")
+        for sd, inits in unpaired.get(rooms, {}).items():
+            lines.append(f"\nNot paired, left out: seed {sd} started from different warm starts (update-0 held-out "
+                         + ", ".join(f"{m} {100 * v:.1f}" for m, v in inits.items()) + ").")
         lines.append("")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:

@@ -357,6 +357,13 @@ def test_credit_lab_report_table_csv_and_plot_on_hand_made_runs(tmp_path, monkey
     assert len(list((tmp_path / "summaries" / "credit_lab").iterdir())) == 6          # not the unfinished one
     shutil.rmtree(tmp_path / "credit_lab")
     assert credit_lab.report(args, jobs) == table and (tmp_path / "lab.csv").read_text() == csv_text
+    # a seed whose methods started from different warm starts is left out of the whole report, by name
+    for m, init in (("grpo", 0.3), ("prover", 0.2)):
+        _hand_run(tmp_path / "credit_lab" / "runs" / f"keydoor-r4-{m}-s4", 0.9, {t: {"lab/q_key": 0.9} for t in (1, 2, 3)},
+                  step=3, init=init)
+    more = credit_lab.report(args, jobs + [(4, "grpo", 4), (4, "prover", 4)])
+    assert "Not paired, left out: seed 4 started from different warm starts (update-0 held-out grpo 30.0, prover 20.0)" in more
+    assert [x for x in more.splitlines() if x and not x.startswith("Not paired")] == [x for x in table.splitlines() if x]
     monkeypatch.setitem(credit_lab.ARGS, "prover", ["--method", "prover", "--lam", "2"])
     with pytest.raises(SystemExit, match=r"keydoor-r4-prover-s0.json was made with flags="):
         credit_lab.result((4, "prover", 0), args)
