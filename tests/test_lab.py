@@ -203,6 +203,10 @@ def test_compare_report_plan_and_protocol_on_hand_made_runs(tmp_path):
     avg = paired.paired({0: (0.45 + 0.20) / 2, 1: (0.60 + 0.36) / 2}, {0: (0.40 + 0.20) / 2, 1: (0.50 + 0.30) / 2})
     assert f"| {paired.fmt(avg, 100, sign=True)} |" in table.split("## average over benchmarks")[1]
     assert (tmp_path / "compare_delta.png").stat().st_size > 1000 and (tmp_path / "compare.csv").exists()
+    # beside the paper: its figure for the method and ours per env, with whether the CI excludes 0
+    sq = paired.paired({0: 0.20, 1: 0.36}, {0: 0.20, 1: 0.30})
+    assert (f"| prover | {compare.PAPER['methods']['prover']} | alfworld {paired.fmt(d, 100, sign=True)}: resolved, better; "
+            f"searchqa {paired.fmt(sq, 100, sign=True)}: not resolved |") in table.split("## beside the paper")[1]
     # the summaries kept beside the report stand in for run directories lost with the machine: the
     # same table from them alone, and the CLI reuses them without a warm start or a training
     kept = sorted(p.name for p in (tmp_path / "summaries" / "compare").iterdir())
