@@ -423,6 +423,10 @@ def report(args, jobs) -> str:
                        f"{mean_cell(res, e, m, 'judge_tokens_per_update')} | "
                        f"{ratio(res, e, m, 'env_steps_per_update')} | {ratio(res, e, m, 'iter_seconds', digits=1)} | "
                        f"{mean_cell(res, e, m, 'accept_rate', 100, 0, '%')} |")
+        seed_sets = {m: sorted(by_seed(res, e, m, metric[e])) for m in methods if by_seed(res, e, m, metric[e])}
+        if len({tuple(v) for v in seed_sets.values()}) > 1:
+            out.append("\nThe rows have different seeds (" + "; ".join(f"{m}: {', '.join(map(str, v))}" for m, v in seed_sets.items())
+                       + "): read methods against each other by Δ, which pairs seeds, not by the cells' means over different seeds.")
         for sd, inits in bad.items():
             out.append(f"\nNot paired, left out of Δ: seed {sd} started from different warm starts (update-0 held-out "
                        + ", ".join(f"{m} {100 * v:.1f}" for m, v in inits.items()) + ").")
@@ -454,7 +458,8 @@ def report(args, jobs) -> str:
 
 def beside_the_paper(methods, envs, deltas) -> list[str]:
     """A table of what the paper reports of each method beside our paired Δ vs GRPO per env and
-    whether its 95% CI excludes 0 ("resolved"), so that a difference in kind (a method the paper
+    whether its 95% CI excludes 0, with the exact p (at n seeds it cannot go below 2 / 2^n, so a
+    bootstrap CI that excludes 0 at 4 seeds is weak evidence), so that a difference in kind (a method the paper
     finds better that is not better here, a collapse that does not happen) is read off one row."""
     rows = []
     for m in methods:
@@ -465,8 +470,8 @@ def beside_the_paper(methods, envs, deltas) -> list[str]:
             d = deltas.get((e, m))
             if d and d.get("n"):
                 lo, hi = d.get("lo", float("nan")), d.get("hi", float("nan"))
-                verdict = "resolved, better" if lo > 0 else "resolved, worse" if hi < 0 else "not resolved"
-                here.append(f"{e} {paired.fmt(d, 100, sign=True)}: {verdict}")
+                verdict = "CI excludes 0, better" if lo > 0 else "CI excludes 0, worse" if hi < 0 else "CI includes 0"
+                here.append(f"{e} {paired.fmt(d, 100, sign=True)}: {verdict} (p {paired.fmt_p(d.get('p'))})")
         rows.append(f"| {m} | {PAPER['methods'][m]} | {'; '.join(here) or '–'} |")
     if not rows:
         return []

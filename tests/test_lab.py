@@ -205,8 +205,10 @@ def test_compare_report_plan_and_protocol_on_hand_made_runs(tmp_path):
     assert (tmp_path / "compare_delta.png").stat().st_size > 1000 and (tmp_path / "compare.csv").exists()
     # beside the paper: its figure for the method and ours per env, with whether the CI excludes 0
     sq = paired.paired({0: 0.20, 1: 0.36}, {0: 0.20, 1: 0.30})
-    assert (f"| prover | {compare.PAPER['methods']['prover']} | alfworld {paired.fmt(d, 100, sign=True)}: resolved, better; "
-            f"searchqa {paired.fmt(sq, 100, sign=True)}: not resolved |") in table.split("## beside the paper")[1]
+    assert (f"| prover | {compare.PAPER['methods']['prover']} | alfworld {paired.fmt(d, 100, sign=True)}: CI excludes 0, better (p {paired.fmt_p(d['p'])}); "
+            f"searchqa {paired.fmt(sq, 100, sign=True)}: CI includes 0 (p {paired.fmt_p(sq['p'])}) |") in table.split("## beside the paper")[1]
+    assert "The rows have different seeds (grpo: 0, 1; prover: 0, 1, 2)" in table.split("## searchqa")[0]
+    assert "The rows have different seeds" not in table.split("## searchqa")[1]
     # the summaries kept beside the report stand in for run directories lost with the machine: the
     # same table from them alone, and the CLI reuses them without a warm start or a training
     kept = sorted(p.name for p in (tmp_path / "summaries" / "compare").iterdir())
