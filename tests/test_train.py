@@ -249,12 +249,16 @@ def test_two_workers_equal_single_process(tmp_path, cache):
     assert wa.keys() == wb.keys()
     assert any(not torch.equal(wa[k], w0[k]) for k in wa)                  # the update did move the weights
     # Adam's first steps move each weight by about ±lr whatever the gradient's size, so float-order
-    # noise in a near-zero gradient element can show up at ~1e-5 (seen: one element of 2,048 at
-    # 1.2e-5 after 2 steps of lr 1e-4); a missing or wrong gradient sum would move most elements
-    # by ~lr (1e-4). So: every element within 3e-5 and the mean difference far below that.
-    for k in wa:
-        assert torch.allclose(wa[k], wb[k], atol=3e-5), k
-        assert (wa[k] - wb[k]).abs().mean() < 1e-6, k
+    # noise in a near-zero gradient element can flip its step and show up at up to 2·lr per step
+    # (seen: one element of 2,048 at 1.2e-5 on one CPU, at 3.8e-5 on another, after 2 steps of lr
+    # 1e-4); a missing or wrong gradient sum would move most elements by ~lr. So: no element past
+    # that bound, at most 0.1% of all elements past 1e-5, and each tensor's mean difference far below lr.
+    lr, steps = json.load(open(single / "config.json"))["lr"], a["train/steps"]
+    diffs = {k: (wa[k] - wb[k]).abs() for k in wa}
+    assert all(float(d.max()) <= 2 * lr * steps for d in diffs.values())
+    assert sum(int((d > 1e-5).sum()) for d in diffs.values()) <= 1e-3 * sum(d.numel() for d in diffs.values())
+    for k, d in diffs.items():
+        assert float(d.mean()) < 1e-6, k
 
 
 def test_lora_bf16_gradient_checkpointing_run_and_resume(tmp_path, cache):
