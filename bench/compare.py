@@ -452,7 +452,8 @@ def report(args, jobs) -> str:
     table = "\n".join(out) + "\n"
     with open(os.path.join(args.out, "compare.md"), "w") as f:
         f.write(f"# Comparison\n\nCommand: `{getattr(args, 'command', 'python bench/compare.py')}`\n\n{table}")
-    plot(args, res, envs, methods, metric)
+    if envs:                                        # nothing finished yet: a table without plots
+        plot(args, res, envs, methods, metric)
     return table
 
 
@@ -552,10 +553,15 @@ def main():
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: extra train.py flags for every run")
     args = p.parse_args()
     preset = FULL if args.full else DEFAULT
+    preset_cells = args.cell_seeds is None
     for k, v in preset.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    if preset_cells:     # the preset's widened cells apply where the study has them (--full --envs webshop: none)
+        cells = {f"{e}/{m}" for e in args.envs for m in args.methods}
+        args.cell_seeds = [c for c in args.cell_seeds if c.split("=")[0] in cells]
     args.extra = [a for a in args.extra if a != "--"]
+    os.makedirs(args.out, exist_ok=True)
     args.command = " ".join(["python", "bench/compare.py", *sys.argv[1:]])
     jobs = plan(args)
     clashes = [(run_dir(args.out, *j), c) for j in jobs for c in [protocol_clash(run_dir(args.out, *j), j, args)] if c]

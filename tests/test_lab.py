@@ -220,6 +220,12 @@ def test_compare_report_plan_and_protocol_on_hand_made_runs(tmp_path):
     r = subprocess.run([*cli, "--seeds", "0", "1", "--eval-repeats", "4"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "skipped (done)" in r.stdout + r.stderr and not (tmp_path / "runs").exists(), r.stderr[-500:]
     assert f"| prover | {paired.fmt(paired.summary([0.45, 0.60]), 100)} | {paired.fmt(d, 100, sign=True)} |" in r.stdout
+    # --full on another env alone: the preset's ALFWorld cells do not apply there (no error), and a
+    # report of nothing finished yet into a new folder is a table without plots
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "compare.py"), "--full", "--envs", "webshop",
+                        "--methods", "grpo", "--seeds", "0", "--out", str(tmp_path / "new"), "--report-only"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and (tmp_path / "new" / "compare.md").exists(), r.stderr[-500:]
     # a kept summary from another protocol is refused with one line, before any set-up
     r = subprocess.run([*cli, "--seeds", "0", "--eval-repeats", "2"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and r.stderr.strip().count("\n") == 0 and not (tmp_path / "runs").exists()
