@@ -43,8 +43,9 @@ Writes:
                          tokens = rollout + verification continuations, the paper's "generated
                          policy tokens"; judge tokens; env steps; seconds), each × GRPO, and the
                          judge's acceptance rate (share of verified proposals with Δ̂ > 0); the
-                         average over envs with its relative change to GRPO (the paper's headline
-                         form) and its paired difference; the paper's figures beside ours
+                         average over envs: the mean of each env's paired difference (stratified
+                         CI and p, bench/paired.py) and its change relative to GRPO (the paper's
+                         headline form); the paper's figures beside ours
   <out>/compare_updates.png, <out>/compare_tokens.png   held-out success vs updates / tokens
                          (mean over seeds, band: 95% CI of the mean)
   <out>/compare_delta.png  per env, each method's paired difference to GRPO with its 95% CI
@@ -363,13 +364,6 @@ def mean_cell(res, env, method, key, scale=1.0, digits=0, unit="") -> str:
     return f"{scale * paired.mean(vals):.{digits}f}{unit}" if vals else "–"
 
 
-def average_by_seed(res, envs, metric, method) -> dict:
-    """{seed: the mean over envs of the final metric} for the seeds `method` has on every env."""
-    per = [{s: v for s, v in by_seed(res, e, method, metric[e]).items() if s not in unpaired_seeds(res, e)} for e in envs]
-    common = set.intersection(*(set(p) for p in per)) if per else set()
-    return {s: paired.mean([p[s] for p in per]) for s in sorted(common)}
-
-
 def unpaired_seeds(res: dict, env: str) -> dict:
     """{seed: {method: held-out success at update 0}} for the seeds of `env` whose methods did not
     start from the same warm start, whose difference would carry the warm starts' gap; such a seed
@@ -435,17 +429,22 @@ def report(args, jobs) -> str:
         out.append("")
     if len(envs) > 1 and "grpo" in methods:   # the paper's headline: the average over benchmarks
         out += ["## average over benchmarks\n",
-                "| method | mean final (points) | rel. to GRPO | paired Δ vs GRPO (seeds on every env) | p |", "|---|---|---|---|---|"]
-        base_avg, base_seeds = None, average_by_seed(res, envs, metric, "grpo")
+                "Mean final: the mean over benchmarks of the method's cell means. Paired Δ: the mean over benchmarks of "
+                "each benchmark's paired Δ vs GRPO (its own seeds; n = seeds per benchmark), stratified bootstrap CI and "
+                "stratified sign-flip p (bench/paired.py). rel. to GRPO: that Δ over GRPO's average on the same seeds "
+                "(the paper's headline form).\n",
+                "| method | mean final (points) | paired Δ vs GRPO | rel. to GRPO | p |", "|---|---|---|---|---|"]
         for m in methods:
             per_env = [paired.mean(list(by_seed(res, e, m, metric[e]).values())) for e in envs if by_seed(res, e, m, metric[e])]
             if len(per_env) < len(envs):
                 continue
-            avg = paired.mean(per_env)
-            base_avg = avg if m == "grpo" else base_avg
-            d = paired.paired(average_by_seed(res, envs, metric, m), base_seeds) if m != "grpo" and base_seeds else None
-            out.append(f"| {m} | {100 * avg:.1f} | {f'{100 * (avg / base_avg - 1):+.1f}%' if base_avg else '–'} | "
-                       f"{paired.fmt(d, 100, sign=True) if d and d['n'] else '–'} | {paired.fmt_p(d.get('p')) if d else '–'} |")
+            d = paired.stratified([deltas.get((e, m)) or {} for e in envs]) if m != "grpo" else None
+            rel = "–"
+            if d and d["n"]:
+                g = paired.mean([paired.mean([by_seed(res, e, "grpo", metric[e])[s] for s in deltas[e, m]["seeds"]]) for e in envs])
+                rel = f"{100 * d['mean'] / g:+.1f}%" if g else "–"
+            out.append(f"| {m} | {100 * paired.mean(per_env):.1f} | {paired.fmt(d, 100, sign=True) if d and d['n'] else '–'} | "
+                       f"{rel} | {paired.fmt_p(d.get('p')) if d else '–'} |")
         out.append(f"\nThe paper: {PAPER['headline']}.")
     out.append(f"\nThe paper's acceptance rates: {PAPER['acceptance']}.")
     out += beside_the_paper(methods, envs, deltas)

@@ -98,6 +98,30 @@ def test_paired_statistics_against_plain_loops():
     assert paired.fmt({"n": 0}) == "–"
 
 
+def test_stratified_average_against_plain_loops():
+    """The average over benchmarks: one stratum is exactly `paired`; two strata of unequal size give
+    the mean of the strata's means and the p of flipping every sign independently (plain loop)."""
+    a = {0: 0.5, 1: 0.6, 2: 0.7, 3: 0.65}
+    b = {0: 0.4, 1: 0.62, 2: 0.5, 3: 0.55}
+    one = paired.paired(a, b)
+    st = paired.stratified([one])
+    assert (st["mean"], st["lo"], st["hi"], st["p"]) == (one["mean"], one["lo"], one["hi"], one["p"])
+    two = paired.paired({0: 0.3, 1: 0.1}, {0: 0.2, 1: 0.15})
+    st = paired.stratified([one, two])
+    d1, d2 = one["d"], two["d"]
+    assert st["mean"] == pytest.approx((sum(d1) / 4 + sum(d2) / 2) / 2) and st["n"] == 6 and st["n_by"] == [4, 2]
+    obs, hits = abs(st["mean"]), 0
+    for signs in itertools.product([1, -1], repeat=6):
+        m = (sum(s * x for s, x in zip(signs[:4], d1)) / 4 + sum(s * x for s, x in zip(signs[4:], d2)) / 2) / 2
+        hits += abs(m) >= obs - 1e-12
+    assert st["p"] == hits / 64 and st["lo"] <= st["mean"] <= st["hi"]
+    assert paired.fmt(st, 100, sign=True).endswith("(n=4+2)")
+    # a benchmark with no paired seed leaves the average undefined; one with a single seed, no band
+    assert paired.stratified([one, {}])["n"] == 0
+    single = paired.stratified([one, paired.paired({0: 0.3}, {0: 0.2})])
+    assert "lo" not in single and paired.fmt(single, 100, sign=True).endswith("(n=4+1, no spread)")
+
+
 # ---------------------------------------------------------------------------------------------
 # the code's shape (issue #23): no import circles but the documented one, modules of bounded size
 # ---------------------------------------------------------------------------------------------
@@ -200,8 +224,13 @@ def test_compare_report_plan_and_protocol_on_hand_made_runs(tmp_path):
     row = next(line for line in table.splitlines() if line.startswith("| prover |"))
     assert "160 (+60.0%)" in row                         # policy tokens: (100 + 60) vs GRPO's 100
     assert row.rstrip(" |").endswith(f"{100 * (2 * 0.5 + 6 * 1.0) / 8:.0f}%")     # pooled: 7 of 8 accepted
-    avg = paired.paired({0: (0.45 + 0.20) / 2, 1: (0.60 + 0.36) / 2}, {0: (0.40 + 0.20) / 2, 1: (0.50 + 0.30) / 2})
-    assert f"| {paired.fmt(avg, 100, sign=True)} |" in table.split("## average over benchmarks")[1]
+    # the average over benchmarks is stratified: the mean of each env's paired Δ (alfworld over seeds
+    # 0, 1: +0.05, +0.10; searchqa: 0, +0.06), relative to GRPO's average on the same seeds
+    avg = paired.stratified([d, paired.paired({0: 0.20, 1: 0.36}, {0: 0.20, 1: 0.30})])
+    assert avg["n_by"] == [2, 2] and abs(avg["mean"] - (0.075 + 0.03) / 2) < 1e-12
+    rel = 100 * avg["mean"] / (((0.40 + 0.50) / 2 + (0.20 + 0.30) / 2) / 2)
+    assert f"| {paired.fmt(avg, 100, sign=True)} | {rel:+.1f}% | {paired.fmt_p(avg['p'])} |" in table.split("## average over benchmarks")[1]
+    assert "(n=2+2)" in paired.fmt(avg, 100, sign=True)
     assert (tmp_path / "compare_delta.png").stat().st_size > 1000 and (tmp_path / "compare.csv").exists()
     # beside the paper: its figure for the method and ours per env, with whether the CI excludes 0
     sq = paired.paired({0: 0.20, 1: 0.36}, {0: 0.20, 1: 0.30})
