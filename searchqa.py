@@ -7,7 +7,12 @@ What this implements (facts from shared/reference/webshop_searchqa.md §B; our c
   relations, one document per entity in wiki-18's format `contents = '"' + title + '"\\n' + text`,
   and 2-hop questions of 6 kinds (the task types), e.g. "Where was the founder of Quorvex Labs
   born?" (company -> founder -> birthplace). Names come from fixed word lists but the relations
-  are drawn from the seed, so the answer cannot be guessed: it takes two searches.
+  are drawn from the world, so the answer cannot be guessed: it takes two searches.
+* One fixed KB and question list per `world` (`--env-opt world=N`, default 0), never a function
+  of the run's `--seed`, as Search-R1's corpus and datasets are fixed: runs with different seeds
+  answer the same questions (they draw different training tasks and sample differently), so a
+  warm start shared by every seed (`--bc-seed 0`, bench/compare.py) was cloned in the KB it is
+  trained and evaluated on; a tiny policy cloned on one KB does poorly on another.
 * Search-R1's loop (`generation.py`): the first `<(search|answer)>(.*?)</\\1>` of an action is
   executed. search -> observation "\\n\\n<information>{docs}</information>\\n\\n" with the top-3
   documents as "Doc {i}(Title: {first line of contents}) {rest}\\n"; answer -> episode ends with
@@ -155,9 +160,9 @@ class Question:
     hops: tuple[str, str] = ("", "")   # (anchor doc title, bridge doc title): what the expert searches
 
 
-def build_kb(seed: int = 0, n_people: int = 120, n_companies: int = 60, n_films: int = 60):
+def build_kb(world: int = 0, n_people: int = 120, n_companies: int = 60, n_films: int = 60):
     """-> (docs [{"id", "contents"}], questions [Question]). Deterministic in the arguments."""
-    rng = np.random.default_rng([seed, 77])
+    rng = np.random.default_rng([world, 77])
     pick = lambda seq: seq[int(rng.integers(len(seq)))]  # noqa: E731
     people = [f"{FIRST[i // len(LAST)]} {LAST[i % len(LAST)]}"
               for i in rng.choice(len(FIRST) * len(LAST), size=n_people, replace=False)]
@@ -604,12 +609,12 @@ _WORLDS: dict[tuple, tuple] = {}
 _ACT_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 
 
-def get_world(seed: int, n_people: int, n_companies: int, n_films: int, n_test: int):
+def get_world(world: int, n_people: int, n_companies: int, n_films: int, n_test: int):
     """(index, test questions, train questions), built once per process per knob setting."""
-    key = (seed, n_people, n_companies, n_films, n_test)
+    key = (world, n_people, n_companies, n_films, n_test)
     if key not in _WORLDS:
-        docs, qs = build_kb(seed, n_people, n_companies, n_films)
-        order = np.random.default_rng([seed, 5]).permutation(len(qs))
+        docs, qs = build_kb(world, n_people, n_companies, n_films)
+        order = np.random.default_rng([world, 5]).permutation(len(qs))
         qs = [qs[i] for i in order]
         _WORLDS[key] = (BM25Index(docs), qs[:n_test], qs[n_test:])
     return _WORLDS[key]
@@ -620,10 +625,15 @@ class SearchQAEnv:
 
     def __init__(self, split: str = "train", seed: int = 0, backend: str = "builtin", max_turns: int = 4,
                  topk: int = 3, n_people: int = 120, n_companies: int = 60, n_films: int = 60, n_test: int = 200,
-                 data_path: str | None = None, search_url: str | None = None, timeout: float = 10.0, retries: int = 3):
+                 data_path: str | None = None, search_url: str | None = None, timeout: float = 10.0, retries: int = 3,
+                 world: int | None = None):
+        # `seed` is accepted for the env protocol and deliberately unused: the KB is the world's
+        # (module docstring); the episode's randomness is the rollout's sampling
         self.split, self.max_steps, self.topk = split, max_turns, topk
+        if backend == "real" and world is not None:
+            raise ValueError("searchqa --env-opt world= picks a built-in KB; the real backend reads data_path and a server")
         if backend == "builtin":
-            self.index, test, train = get_world(seed, n_people, n_companies, n_films, n_test)
+            self.index, test, train = get_world(world or 0, n_people, n_companies, n_films, n_test)
             self.questions = train if split == "train" else test
             self.retrieve = lambda q: [d for d, _ in self.index.search(q, self.topk)]
         elif backend == "real":
@@ -760,7 +770,9 @@ SPEC = envs.EnvSpec(
     name="searchqa", make=make, splits=("train", "test"), num_tasks=num_tasks, vocabulary=vocabulary,
     chat_prompt=chat_prompt, compact_prompt=envs.compact_prompt, parse=parse, task_types=TASK_TYPES,
     backend=lambda b: envs.builtin_or_real("searchqa", b),
-    response=lambda a: a)  # actions are already `<search>q</search>` / `<answer>a</answer>`
+    response=lambda a: a,  # actions are already `<search>q</search>` / `<answer>a</answer>`
+    options={"world": envs.EnvOption(int, 0, lambda v: None if v >= 0 else "must be >= 0",
+                                     "which generated KB and questions; --seed never changes it")})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -772,7 +784,7 @@ def main(argv: list[str] | None = None) -> None:
     s = sub.add_parser("serve", help="serve POST /retrieve")
     s.add_argument("--host", default="127.0.0.1", help="bind address (127.0.0.1: this machine only)")
     s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--seed", type=int, default=0, help="built-in KB seed (must match the env's --seed)")
+    s.add_argument("--world", type=int, default=0, help="built-in KB to serve (must match the env's --env-opt world, default 0)")
     s.add_argument("--corpus", default=None, help='jsonl with {"id", "contents"} per line instead of the built-in KB')
     s.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
@@ -781,7 +793,7 @@ def main(argv: list[str] | None = None) -> None:
             docs = [json.loads(line) for line in f if line.strip()]
         index = BM25Index(docs)
     else:
-        index = get_world(args.seed, 120, 60, 60, 200)[0]
+        index = get_world(args.world, 120, 60, 60, 200)[0]
     srv = ThreadingHTTPServer((args.host, args.port), make_handler(index, args.verbose))
     srv.daemon_threads = True
     print(f"serving {len(index.docs)} documents at http://{args.host}:{srv.server_address[1]}/retrieve", flush=True)

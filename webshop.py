@@ -30,6 +30,12 @@ What this implements (facts from shared/reference/webshop_searchqa.md §A; our c
   ratio > 85 (so "large" matches "x-large", as in WebShop). Success = reward 1.0; score = reward.
 * 15-step limit (verl-agent's `env.max_steps=15`; WebShop itself has none), and an expert
   (`expert_action()`) that replans from the current page.
+* One fixed shop per `world` (`--env-opt world=N`, default 0): the catalogue and every goal are a
+  function of (world, split, task), never of the run's `--seed`, as the real WebShop has one
+  catalogue and one goal list. Runs with different seeds shop in the same store and differ in the
+  training tasks they draw and in sampling, so a warm start shared by every seed
+  (`--bc-seed 0`, bench/compare.py) was cloned in the store it is trained and evaluated in; a
+  tiny policy cloned in one store knows its products and does poorly in another.
 
 What it simplifies
 ------------------
@@ -65,8 +71,8 @@ from rapidfuzz import fuzz, utils as fuzz_utils
 import envs
 
 # ---------------------------------------------------------------------------------------------
-# Catalogue vocabulary (fixed lists: the seed only changes assignments, so `vocabulary()` is
-# seed-independent and the tiny policy's tokenizer is finite)
+# Catalogue vocabulary (fixed lists: the world only changes assignments, so `vocabulary()` is
+# world-independent and the tiny policy's tokenizer is finite)
 # ---------------------------------------------------------------------------------------------
 BRANDS = ["Lunora", "Velmont", "Carrow", "Ostrel", "Bramwick", "Quessa", "Tavion", "Morrit",
           "Zelani", "Hollin", "Pervane", "Drusk", "Ambrel", "Kestova", "Nimbra", "Sorell"]
@@ -155,7 +161,7 @@ class Goal:
 
 
 # ---------------------------------------------------------------------------------------------
-# Generation (deterministic in seed; goals in (seed, split, task))
+# Generation (deterministic in world; goals in (world, split, task))
 # ---------------------------------------------------------------------------------------------
 def _title_case(s: str) -> str:
     return " ".join(w[:1].upper() + w[1:] for w in s.split())
@@ -175,7 +181,7 @@ def _asin_pool() -> tuple[str, ...]:
 
 
 def asin_pool() -> list[str]:
-    """A fixed, seed-independent list of ASINs ("B0" + 8 digits). Catalogues of up to
+    """A fixed, world-independent list of ASINs ("B0" + 8 digits). Catalogues of up to
     ASIN_POOL_SIZE products take their ids from it, so the ids are part of the closed vocabulary
     and the tiny policy's tokenizer can keep each one whole (`SPEC.atomic`): copying a product id
     from the page is then one token, not ten digits in a row."""
@@ -188,8 +194,8 @@ def atomic_ids() -> list[str]:
     return list(_asin_pool()) + [a.lower() for a in _asin_pool()]
 
 
-def build_catalogue(seed: int = 0, n_products: int = 300) -> list[Product]:
-    rng = np.random.default_rng([seed, 1234])
+def build_catalogue(world: int = 0, n_products: int = 300) -> list[Product]:
+    rng = np.random.default_rng([world, 1234])
     types = [(cat, sub, t) for cat, (sub, ts) in CATALOG.items() for t in ts]
     products, titles, asins = [], set(), set()
     while len(products) < n_products:
@@ -221,7 +227,7 @@ def build_catalogue(seed: int = 0, n_products: int = 300) -> list[Product]:
             bullets=[_title_case(attrs[0]), _title_case(attrs[2]), f"Package includes 1 {noun}"]))
     if n_products <= ASIN_POOL_SIZE:   # ids from the fixed pool (own RNG stream: nothing else moves)
         pool = asin_pool()
-        for p, j in zip(products, np.random.default_rng([seed, 4243]).choice(len(pool), n_products, replace=False)):
+        for p, j in zip(products, np.random.default_rng([world, 4243]).choice(len(pool), n_products, replace=False)):
             p.asin = pool[int(j)]
     return products
 
@@ -327,19 +333,19 @@ def parse_action(action: str) -> tuple[str, str | None]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The shop: catalogue + BM25 index + goals (shared, read-only, by every env of a (seed, knobs))
+# The shop: catalogue + BM25 index + goals (shared, read-only, by every env of a (world, knobs))
 # ---------------------------------------------------------------------------------------------
 def _terms(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
 class Shop:
-    def __init__(self, seed: int = 0, n_products: int = 300, n_test: int = 200,
+    def __init__(self, world: int = 0, n_products: int = 300, n_test: int = 200,
                  products: list[Product] | None = None):
         import bm25s
-        self.seed, self.n_test = seed, n_test
+        self.world, self.n_test = world, n_test
         # `products` lets tests build a hand-made shop (goals then go into `self._goals`)
-        self.products = build_catalogue(seed, n_products) if products is None else products
+        self.products = build_catalogue(world, n_products) if products is None else products
         self.by_asin = {p.asin.lower(): p for p in self.products}
         docs = []
         for p in self.products:
@@ -385,7 +391,7 @@ class Shop:
         return self._goals[key]
 
     def _make_goal(self, split: str, task: int) -> Goal:
-        rng = np.random.default_rng([self.seed, 0 if split == "train" else 1, task])
+        rng = np.random.default_rng([self.world, 0 if split == "train" else 1, task])
         for attempt in range(30):
             p = self.products[rng.integers(len(self.products))]
             attrs = [str(a) for a in rng.choice(p.attributes, size=int(rng.integers(1, 3)), replace=False)]
@@ -425,10 +431,10 @@ class _State:
 _SHOPS: dict[tuple, Shop] = {}
 
 
-def get_shop(seed: int, n_products: int, n_test: int) -> Shop:
-    key = (seed, n_products, n_test)
+def get_shop(world: int, n_products: int, n_test: int) -> Shop:
+    key = (world, n_products, n_test)
     if key not in _SHOPS:
-        _SHOPS[key] = Shop(seed, n_products, n_test)
+        _SHOPS[key] = Shop(world, n_products, n_test)
     return _SHOPS[key]
 
 
@@ -437,9 +443,11 @@ class WebShopEnv:
     name = "webshop"
 
     def __init__(self, split: str = "train", seed: int = 0, n_products: int = 300, n_test: int = 200,
-                 max_steps: int = 15, shop: Shop | None = None):
+                 max_steps: int = 15, shop: Shop | None = None, world: int = 0):
+        # `seed` is accepted for the env protocol and deliberately unused: the shop is the world's
+        # (module docstring), the episode's randomness is the rollout's sampling
         self.split, self.max_steps = split, max_steps
-        self.shop = shop or get_shop(seed, n_products, n_test)
+        self.shop = shop or get_shop(world, n_products, n_test)
         self.task, self.goal = 0, self.shop.goal(split, 0)
         self.s = _State()
 
@@ -690,6 +698,8 @@ def make(split: str = "train", seed: int = 0, backend: str = "builtin", **kw):
     if backend == "builtin":
         return WebShopEnv(split, seed, **kw)
     if backend == "real":
+        if "world" in kw:
+            raise ValueError("webshop --env-opt world= picks a built-in shop; the real backend has WebShop's own catalogue")
         return RealWebShopEnv(split, seed, **kw)
     raise ValueError(f"webshop backend must be 'builtin' or 'real', got {backend!r}")
 
@@ -770,4 +780,6 @@ def compact_prompt(v: envs.PromptInput, history_len: int = 2) -> str:
 SPEC = envs.EnvSpec(
     name="webshop", make=make, splits=("train", "test"), num_tasks=num_tasks, vocabulary=vocabulary,
     chat_prompt=chat_prompt, compact_prompt=compact_prompt, parse=envs.parse_action_tag,
-    task_types=TASK_TYPES, atomic=atomic_ids, backend=lambda b: envs.builtin_or_real("webshop", b))
+    task_types=TASK_TYPES, atomic=atomic_ids, backend=lambda b: envs.builtin_or_real("webshop", b),
+    options={"world": envs.EnvOption(int, 0, lambda v: None if v >= 0 else "must be >= 0",
+                                     "which generated shop (catalogue and goals); --seed never changes it")})

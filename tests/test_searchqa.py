@@ -142,10 +142,23 @@ def test_random_detours_are_searches_the_expert_recovers_from():
         assert info["won"], (t, a)
 
 
+def test_the_kb_is_the_worlds_not_the_seeds():
+    """Every run seed answers world 0's questions over world 0's KB; `--env-opt world=N` picks
+    another; the real backend refuses the option."""
+    a, b = S.make("test", seed=0), S.make("test", seed=3)
+    assert a.index is b.index and [q.question for q in a.questions] == [q.question for q in b.questions]
+    assert S.make("train", seed=7).questions[:20] == S.make("train", seed=0).questions[:20]
+    kw = envs.parse_env_opts(S.SPEC, ["world=2"])
+    c = S.SPEC.make(split="test", seed=0, **kw)
+    assert kw == {"world": 2} and c.index is S.make("test", world=2).index and c.index is not a.index
+    with pytest.raises(ValueError, match="real backend"):
+        S.make("test", backend="real", world=1, data_path="x.jsonl")
+
+
 def test_vocabulary_covers_everything():
     tok = lambda s: re.findall(r"[A-Za-z]+|[0-9]|[^A-Za-z0-9\s]", s)  # noqa: E731
     vocab = {t for w in S.vocabulary() for t in tok(w)}
-    env, rnd, seen = S.make("train", seed=2), random.Random(0), set()
+    env, rnd, seen = S.make("train", world=2), random.Random(0), set()
     words = [w for w in S.vocabulary() if len(w) < 30]
     for t in range(150):
         obs, info = env.reset(t)

@@ -184,15 +184,31 @@ def test_expert_recovers_from_detours_mostly():
 
 
 def test_determinism_across_instances():
-    a, b = W.make("test", seed=3), W.make("test", seed=3)
+    a, b = W.make("test", world=3), W.make("test", world=3)
     assert a.reset(7) == b.reset(7) and a.step(a.expert_action()) == b.step(b.expert_action())
-    assert W.make("test", seed=4).reset(7)[0] != a.reset(7)[0]
+    assert W.make("test", world=4).reset(7)[0] != a.reset(7)[0]
+
+
+def test_the_shop_is_the_worlds_not_the_seeds():
+    """Every run seed shops in world 0's store (a warm start shared across seeds was cloned in
+    it); `--env-opt world=N` picks another; the real backend refuses the option."""
+    s0, s5 = W.make("train", seed=0), W.make("train", seed=5)
+    assert s0.shop is s5.shop
+    assert [p.title for p in s5.shop.products] == [p.title for p in W.build_catalogue(0)]
+    assert all(W.make("test", seed=s).reset(t)[0] == W.make("test", seed=0).reset(t)[0] for s in (1, 2) for t in (0, 9))
+    kw = envs.parse_env_opts(W.SPEC, ["world=2"])
+    assert kw == {"world": 2} and W.SPEC.make(split="test", seed=0, **kw).shop is W.make("test", world=2).shop
+    assert W.make("test", world=2).shop is not s0.shop
+    with pytest.raises(ValueError, match="world.*must be >= 0"):
+        envs.parse_env_opts(W.SPEC, ["world=-1"])
+    with pytest.raises(ValueError, match="real backend"):
+        W.make("test", backend="real", world=1)
 
 
 def test_vocabulary_covers_everything():
     tok = lambda s: re.findall(r"[A-Za-z]+|[0-9]|[^A-Za-z0-9\s]", s)  # noqa: E731
     vocab = {t for w in W.vocabulary() for t in tok(w)}
-    env, rnd, seen = W.make("train", seed=1), random.Random(0), set()
+    env, rnd, seen = W.make("train", world=1), random.Random(0), set()
     qwords = [w for w in W.vocabulary() if " " not in w]
     for t in range(150):
         obs, info = env.reset(t)
