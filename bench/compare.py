@@ -10,7 +10,10 @@ play the same training tasks with the same sampling seeds in their first rollout
 from the same warm start — one shared by every seed (`--bc-seed 0`, built once per env by a
 `train.py --iters 0` run; the default) or one per seed (`--warm-start per-seed`, `--bc-seed s`).
 Methods then differ only in credit assignment, and the report compares each method with GRPO by
-the per-seed differences (bench/paired.py: mean, 95% bootstrap CI, exact sign-flip p).
+the per-seed differences (bench/paired.py: mean, 95% bootstrap CI, exact sign-flip p). A shared
+warm start is only fair because the seed never changes the world it was cloned in: ALFWorld's
+held-out games, WebShop's shop and SearchQA's KB are fixed (the latter two per `--env-opt world`);
+the seed draws the training tasks and the sampling.
 
 Warm starts are pinned: every run of a study caches and loads its tiny warm start under
 `<out>/warmstarts/` (`train.py --cache-dir`), which is committed. Behaviour cloning is not
