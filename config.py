@@ -229,12 +229,14 @@ CHOICES = {
 # Per-benchmark defaults: a flag the user does not pass takes its value from here when the
 # benchmark needs something other than the Config default (which is tuned for ALFWorld). Why:
 # WebShop pages are long, so its prompts carry no history, its warm start is shorter and R is its
-# score; SearchQA episodes are ≤ 4 short turns, so it affords more updates; keydoor's corridor is
+# score; SearchQA episodes are ≤ 4 short turns, so it affords more updates and SPO's boundaries
+# go every turn (the default every 5 turns, or tree depths 3 and 6, would never or rarely fall inside
+# an episode, which would make spo-chain GRPO under another name); keydoor's corridor is
 # learned in few BC steps and a run is meant to be cheap (many seeds). Their recipes do not use
 # --bc-target (they stop at a fixed number of BC steps).
 ENV_DEFAULTS: dict[str, dict] = {
     "webshop": {"history_len": 0, "bc_episodes": 200, "bc_steps": 300, "bc_target": 0.0, "reward": "score", "iters": 250},
-    "searchqa": {"bc_steps": 320, "bc_target": 0.0, "iters": 600},
+    "searchqa": {"bc_steps": 320, "bc_target": 0.0, "iters": 600, "spo_interval": 1, "spo_tree_depths": "1,2"},
     "keydoor": {"bc_episodes": 100, "bc_steps": 150, "bc_target": 0.0, "iters": 40, "history_len": 2,
                 "eval_every": 10, "max_new_tokens": 12},
 }

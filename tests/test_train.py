@@ -106,6 +106,22 @@ def test_help_lists_every_flag(tmp_path, cache):
     assert "(0.4 = 40% more;" in text          # the docstring's own '%', printed as written
 
 
+def test_spo_boundaries_fall_inside_every_envs_episodes():
+    """At each env's defaults SPO-chain's first boundary and SPO-tree's first branching depth lie
+    inside an episode that uses half its step limit; otherwise SPO would never cut a trajectory
+    and train exactly as GRPO (as it did on SearchQA's ≤ 4 turns with boundaries every 5)."""
+    sys.path.insert(0, ROOT)
+    import envs
+    import train
+    for name in envs.ENVS:
+        cfg = train.parse_args(["--env", name])
+        limit = envs.get_spec(name).make(split="train", seed=0).max_steps
+        depths = [int(d) for d in cfg.spo_tree_depths.split(",")]
+        half = (limit + 1) // 2                 # turns 0 .. half-1; a cut at b needs b < half
+        assert cfg.spo_interval < half and min(depths) < half, (name, limit, cfg.spo_interval, depths)
+    assert train.parse_args(["--env", "searchqa", "--spo-interval", "3"]).spo_interval == 3
+
+
 def test_per_benchmark_defaults_yield_to_explicit_flags():
     sys.path.insert(0, ROOT)
     import train
