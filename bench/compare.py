@@ -462,7 +462,8 @@ def report(args, jobs) -> str:
 def beside_the_paper(methods, envs, deltas) -> list[str]:
     """A table of what the paper reports of each method beside our paired Δ vs GRPO per env and
     whether its 95% CI excludes 0, with the exact p (at n seeds it cannot go below 2 / 2^n, so a
-    bootstrap CI that excludes 0 at 4 seeds is weak evidence), so that a difference in kind (a method the paper
+    bootstrap CI that excludes 0 at 4 seeds is weak evidence: such a row says "not resolved" unless
+    p < 0.05 too), so that a difference in kind (a method the paper
     finds better that is not better here, a collapse that does not happen) is read off one row."""
     rows = []
     for m in methods:
@@ -473,8 +474,14 @@ def beside_the_paper(methods, envs, deltas) -> list[str]:
             d = deltas.get((e, m))
             if d and d.get("n"):
                 lo, hi = d.get("lo", float("nan")), d.get("hi", float("nan"))
-                verdict = "CI excludes 0, better" if lo > 0 else "CI excludes 0, worse" if hi < 0 else "CI includes 0"
-                here.append(f"{e} {paired.fmt(d, 100, sign=True)}: {verdict} (p {paired.fmt_p(d.get('p'))})")
+                p = d.get("p", float("nan"))
+                if lo > 0 or hi < 0:   # resolved only when the exact test agrees with the bootstrap
+                    way = "better" if lo > 0 else "worse"
+                    verdict = (f"CI excludes 0, {way}" if p < 0.05 else
+                               f"CI excludes 0 ({way}) but p ≥ 0.05 at n={d['n']}: not resolved")
+                else:
+                    verdict = "CI includes 0"
+                here.append(f"{e} {paired.fmt(d, 100, sign=True)}: {verdict} (p {paired.fmt_p(p)})")
         rows.append(f"| {m} | {PAPER['methods'][m]} | {'; '.join(here) or '–'} |")
     if not rows:
         return []

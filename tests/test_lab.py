@@ -232,9 +232,10 @@ def test_compare_report_plan_and_protocol_on_hand_made_runs(tmp_path):
     assert f"| {paired.fmt(avg, 100, sign=True)} | {rel:+.1f}% | {paired.fmt_p(avg['p'])} |" in table.split("## average over benchmarks")[1]
     assert "(n=2+2)" in paired.fmt(avg, 100, sign=True)
     assert (tmp_path / "compare_delta.png").stat().st_size > 1000 and (tmp_path / "compare.csv").exists()
-    # beside the paper: its figure for the method and ours per env, with whether the CI excludes 0
+    # beside the paper: its figure for the method and ours per env, with whether the CI excludes 0;
+    # at 2 seeds the exact p is 0.5, so a CI above 0 is not called resolved
     sq = paired.paired({0: 0.20, 1: 0.36}, {0: 0.20, 1: 0.30})
-    assert (f"| prover | {compare.PAPER['methods']['prover']} | alfworld {paired.fmt(d, 100, sign=True)}: CI excludes 0, better (p {paired.fmt_p(d['p'])}); "
+    assert (f"| prover | {compare.PAPER['methods']['prover']} | alfworld {paired.fmt(d, 100, sign=True)}: CI excludes 0 (better) but p ≥ 0.05 at n=2: not resolved (p {paired.fmt_p(d['p'])}); "
             f"searchqa {paired.fmt(sq, 100, sign=True)}: CI includes 0 (p {paired.fmt_p(sq['p'])}) |") in table.split("## beside the paper")[1]
     assert "The rows have different seeds (grpo: 0, 1; prover: 0, 1, 2)" in table.split("## searchqa")[0]
     assert "The rows have different seeds" not in table.split("## searchqa")[1]
@@ -408,3 +409,15 @@ def test_credit_lab_report_table_csv_and_plot_on_hand_made_runs(tmp_path, monkey
     monkeypatch.setitem(credit_lab.ARGS, "prover", ["--method", "prover", "--lam", "2"])
     with pytest.raises(SystemExit, match=r"keydoor-r4-prover-s0.json was made with flags="):
         credit_lab.result((4, "prover", 0), args)
+
+
+def test_beside_the_paper_calls_a_difference_resolved_only_when_ci_and_exact_p_agree():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import compare
+    ten = paired.paired({s: 0.5 + 0.01 * (s + 1) for s in range(10)}, {s: 0.5 for s in range(10)})   # all 10 up
+    four = paired.paired({s: 0.5 - 0.01 * (s + 1) for s in range(4)}, {s: 0.5 for s in range(4)})    # all 4 down
+    assert ten["lo"] > 0 and ten["p"] < 0.05 and four["hi"] < 0 and four["p"] >= 0.05
+    rows = "\n".join(compare.beside_the_paper(["prover"], ["alfworld", "webshop"],
+                                              {("alfworld", "prover"): ten, ("webshop", "prover"): four}))
+    assert f"alfworld {paired.fmt(ten, 100, sign=True)}: CI excludes 0, better (p {paired.fmt_p(ten['p'])})" in rows
+    assert f"webshop {paired.fmt(four, 100, sign=True)}: CI excludes 0 (worse) but p ≥ 0.05 at n=4: not resolved" in rows
