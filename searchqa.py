@@ -626,14 +626,12 @@ class SearchQAEnv:
     def __init__(self, split: str = "train", seed: int = 0, backend: str = "builtin", max_turns: int = 4,
                  topk: int = 3, n_people: int = 120, n_companies: int = 60, n_films: int = 60, n_test: int = 200,
                  data_path: str | None = None, search_url: str | None = None, timeout: float = 10.0, retries: int = 3,
-                 world: int | None = None):
+                 world: int = 0):
         # `seed` is accepted for the env protocol and deliberately unused: the KB is the world's
         # (module docstring); the episode's randomness is the rollout's sampling
         self.split, self.max_steps, self.topk = split, max_turns, topk
-        if backend == "real" and world is not None:
-            raise ValueError("searchqa --env-opt world= picks a built-in KB; the real backend reads data_path and a server")
         if backend == "builtin":
-            self.index, test, train = get_world(world or 0, n_people, n_companies, n_films, n_test)
+            self.index, test, train = get_world(world, n_people, n_companies, n_films, n_test)
             self.questions = train if split == "train" else test
             self.retrieve = lambda q: [d for d, _ in self.index.search(q, self.topk)]
         elif backend == "real":
@@ -717,6 +715,8 @@ class SearchQAEnv:
 # Spec: make, vocabulary, prompts, parse
 # ---------------------------------------------------------------------------------------------
 def make(split: str = "train", seed: int = 0, backend: str = "builtin", **kw) -> SearchQAEnv:
+    if backend == "real" and "world" in kw:   # as webshop.make: the option names a built-in world
+        raise ValueError("searchqa --env-opt world= picks a built-in KB; the real backend reads data_path and a server")
     return SearchQAEnv(split, seed, backend, **kw)
 
 
