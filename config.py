@@ -29,7 +29,7 @@ class Config:
     env: str = "alfworld"
     """benchmark: alfworld | webshop | searchqa | keydoor (the credit lab: known pivotal decisions)"""
     method: str = "prover"
-    """credit assignment: prover | prover-plus (ProVer with every mixed group eligible, --judge-success judge and --credit-scope matched, which override those flags; see prover.py) | grpo | grpo-matched | gigpo | spo-chain | spo-tree | criticsearch"""
+    """credit assignment: prover | prover-plus (ProVer with every mixed group eligible, --judge-success judge and --credit-scope matched, which override those flags; see prover.py) | grpo | grpo-matched | gigpo | spo-chain | spo-tree | criticsearch; the credit ladder's lab-only arms, which need the env's truth (--env keydoor, ladder.py): oracle-rb (GRPO on E[R | decisions]) | oracle-add (GRPO + λ·A*) | oracle (exact A* alone) | prover-exact (ProVer with the exact ΔV)"""
     judge: str = "builtin"
     """ProVer/CriticSearch judge backend: builtin | random | hf | openai"""
     model: str = ""
@@ -115,6 +115,8 @@ class Config:
     """K: continuations from each of s_pre and s_post"""
     lam: float = 1.0
     """λ: credit added is λ·Δ̂"""
+    oracle_eps: float = 1e-4
+    """ladder arms (oracle-add, oracle, prover-exact): oracle.py's pruning threshold on a node's reach probability (0 = exact enumeration; the error bound is logged as oracle/bound_max)"""
     margin: float = 0.0
     """credit only if Δ̂ > margin (0 = the paper's Δ̂ > 0)"""
     credit_test: str = "positive"
@@ -212,7 +214,8 @@ class Config:
 
 CHOICES = {
     "env": ["alfworld", "webshop", "searchqa", "keydoor"],
-    "method": ["prover", "prover-plus", "grpo", "grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch"],
+    "method": ["prover", "prover-plus", "grpo", "grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch",
+               "oracle-rb", "oracle-add", "oracle", "prover-exact"],
     "credit_test": ["positive", "se", "shrink"],
     "credit_scope": ["segment", "matched"],
     "judge_success": ["shortest", "judge"],
@@ -338,6 +341,13 @@ def validate(cfg: Config) -> dict:
             and cfg.rollout != "hf":
         # the policy-as-judge generates with the unsharded copy, which only --rollout hf keeps
         raise ValueError("--fsdp with --judge hf (the policy as judge) needs --rollout hf, or a separate --judge-model")
+    if cfg.method in ("oracle-rb", "oracle-add", "oracle", "prover-exact"):
+        if cfg.env != "keydoor":
+            raise ValueError(f"--method {cfg.method}: needs the env's truth, which only --env keydoor has (the credit lab)")
+        if cfg.rollout != "hf":
+            raise ValueError(f"--method {cfg.method}: the exact credit scores the policy in this process; needs --rollout hf")
+    if not cfg.oracle_eps >= 0:
+        raise ValueError(f"--oracle-eps {cfg.oracle_eps}: must be >= 0")
     spec = envs.get_spec(cfg.env)
     opts = envs.parse_env_opts(spec, cfg.env_opt)
     return opts

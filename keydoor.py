@@ -19,6 +19,9 @@ Rules
 * Optional trap (`trap` in [0, 1]; 0 = off): one extra object, always called "cursed coin", lies
   in a room drawn per task (never the pivot room). Taking it, at any point, multiplies the door's
   chance by (1 − trap) for the rest of the episode: a harmful decision.
+* Ground-truth labels (`info["pivotal"]`, kept in `Turn.truth`, never shown to the policy):
+  "key" on the turn that takes the key, "trap" on the one that takes the coin, "nokey" on the
+  `go forward` that leaves the pivot room with the key still lying there.
 * The key and the coin cannot be dropped (so "took the key" and "holds the key at the door" are
   the same event, and the coin's curse is permanent anyway).
 * In the last room, `open door` ends the episode. The door opens (won, reward 1.0) with
@@ -278,6 +281,8 @@ class KeyDoor:
         here, last = s.items[s.room], self.rooms - 1
         pivotal, reward = "", 0.0
         if a == "go forward" and s.room < last:
+            if s.room == self.pivot and KEY in here:
+                pivotal = "nokey"                        # left the key behind: the failures' decision
             s.room += 1
             obs = self._room()
         elif a == "open door" and s.room == last:
@@ -350,7 +355,7 @@ class KeyDoor:
         s = self.s
         return {"task": TASK, "task_type": "keydoor", "admissible": self.admissible(),
                 "won": s.won, "score": float(s.won),
-                # ground truth: copied to Turn.truth, never shown to the policy or the judge
+                # ground truth ("key" / "trap" / "nokey" / ""): copied to Turn.truth, never shown to the policy or the judge
                 "pivotal": pivotal, "key_held": s.key, "trap_taken": s.trap_taken}
 
 

@@ -1,10 +1,19 @@
 """lab.py — the credit lab's metrics: each method's credit scored against the env's ground truth.
 
 In `keydoor` (keydoor.py) the pivotal decisions are known: the env labels the turn that took the
-key ("key") and the one that took the trap ("trap") in `info["pivotal"]`, which the rollout keeps in
-`Turn.truth` — never shown to the policy or the judge. From it, per update:
+key ("key"), the one that took the trap ("trap") and the `go forward` that left the key behind
+("nokey", the failures' decisive mistake) in `info["pivotal"]`, which the rollout keeps in
+`Turn.truth` — never shown to the policy or the judge. From it, per update (measured on the policy
+that sampled the update's rollouts, before its gradient step):
 
-    lab/q_key             the policy's exact probability of the pivotal response, averaged over a
+    lab/p_key_held        the lab's headline speed measure: the probability that the agent holds
+                          the key when it leaves the pivot room (walks on, opens the door, or runs
+                          out of steps there), averaged over the same P pivot-room states, computed
+                          exactly by oracle.py's DP over what the prompt shows (every way of taking
+                          the key later in the room, after distractor turns or invalid turns, counts)
+                          at the rollout temperature; lab/p_key_bound is its pruning error bound
+    lab/q_key             (kept beside it; superseded) the policy's exact probability of the
+                          pivotal response *as the first action* in the room, averaged over a
                           fixed set of P pivot-room prompts (held-out tasks, reached by walking
                           there), from its log-probs at the rollout temperature — no sampling noise:
                               q = mean_p Π_j π(y_j | prompt_p, y_<j),  y = "<action>take key</action>"
@@ -22,6 +31,11 @@ key ("key") and the one that took the trap ("trap") in `info["pivotal"]`, which 
                           (SPO's segment advantages). GRPO has no per-turn credit: no value.
     lab/credit_key        mean c_t over "key" turns (its sign says which way the key is pushed);
     lab/credit_trap       the same over "trap" turns (a good method pushes these down)
+    lab/credit_nokey      the same over "nokey" turns (a good method pushes these down too)
+    lab/judge_hit_fail    lab/judge_hit over the proposals of groups where a failure left the key
+                          behind: did the judge name the decision those failures got wrong?
+
+The "pivotal" turns of credit precision are all three labels.
 
 Leaves out: envs without ground truth (every lab/* key is absent there).
 """
@@ -35,7 +49,8 @@ from grpo import Row, collate, token_logprobs
 from rollout import AgentState
 
 # how each method's credit relates to GRPO's advantages (see the docstring)
-CREDIT_KIND = {"prover": "added", "prover-plus": "added", "criticsearch": "added", "gigpo": "added", "spo-chain": "final", "spo-tree": "final"}
+CREDIT_KIND = {"prover": "added", "prover-plus": "added", "criticsearch": "added", "gigpo": "added", "spo-chain": "final", "spo-tree": "final",
+               "oracle-add": "added", "oracle": "final", "prover-exact": "added"}
 PROBE_TASKS = 32
 
 
@@ -45,6 +60,9 @@ class Probe:
     response: list[int]               # ids of the pivotal response, up to its closing tag
     pad_id: int
     temperature: float = 1.0          # the rollout temperature: q is the probability rollouts sample with
+    states: list = None               # the P AgentStates (with env snapshots) behind the prompts
+    env_kw: dict = None               # the keydoor options (for oracle.py's DP)
+    agent: object = None              # the rollout Agent (prompts, tokenizer)
 
 
 def probe_states(spec, env_kw: dict, seed: int, n: int = PROBE_TASKS) -> list[AgentState]:
@@ -61,7 +79,7 @@ def probe_states(spec, env_kw: dict, seed: int, n: int = PROBE_TASKS) -> list[Ag
             hist, obs = hist + ((obs, walk),), nxt
             if done:
                 raise ValueError(f"{spec.name}: walking never reaches the pivot action")
-        out.append(AgentState(None, obs, info, hist, len(hist)))
+        out.append(AgentState(env.snapshot(), obs, info, hist, len(hist)))
     return out
 
 
@@ -69,10 +87,11 @@ def make_probe(agent, spec, env_kw: dict, seed: int, temperature: float = 1.0) -
     """The fixed prompts for lab/q_key, or None for envs without a known pivotal action."""
     if "pivot_action" not in spec.extra:
         return None
-    prompts = agent.prompts_ids(probe_states(spec, env_kw, seed))
+    states = probe_states(spec, env_kw, seed)
+    prompts = agent.prompts_ids(states)
     tok = agent.tok
     response = tok(spec.response(spec.extra["pivot_action"]), add_special_tokens=False)["input_ids"]
-    return Probe(prompts, response, tok.pad_token_id, temperature)
+    return Probe(prompts, response, tok.pad_token_id, temperature, states, dict(env_kw), agent)
 
 
 @torch.no_grad()
@@ -84,9 +103,21 @@ def q_key(model, probe: Probe) -> float:
     return float(lp.sum(-1).exp().mean())
 
 
+def p_key_held(model, probe: Probe) -> tuple[float, float]:
+    """(mean over the probe states of P(key held on leaving the pivot room), the DP's error bound)."""
+    import oracle
+    orc = oracle.Oracle(probe.env_kw, oracle.ModelPolicy(model, probe.agent, probe.temperature),
+                        history_len=probe.agent.history_len)
+    v = orc.values(probe.states, "key_held")
+    return sum(v) / len(v), orc.max_bound(probe.states, "key_held")
+
+
+LABELS = ("key", "trap", "nokey")
+
+
 def credit_sums(groups, adv_grpo, adv_final, kind: str | None) -> dict:
-    """Token-weighted |credit| on pivotal turns and in all, and the signed credit on key / trap turns."""
-    s = {"on": 0.0, "total": 0.0, "key_sum": 0.0, "key_n": 0, "trap_sum": 0.0, "trap_n": 0}
+    """Token-weighted |credit| on pivotal turns and in all, and the signed credit on key / trap / nokey turns."""
+    s = {"on": 0.0, "total": 0.0, **{f"{x}_{y}": 0 for x in LABELS for y in ("sum", "n")}}
     if kind is None:
         return s
     for g in range(min(len(groups), len(adv_grpo))):          # groups a method appended are not credit
@@ -104,38 +135,49 @@ def credit_sums(groups, adv_grpo, adv_final, kind: str | None) -> dict:
 
 def judge_sums(groups, proposals) -> dict:
     """Hits of the judge's proposals (g, sid, start, end, ...) on the examined success's key turn."""
-    hits = present = 0
+    hits = present = fail_props = fail_hits = 0
     for g, sid, start, end, *_ in proposals:
         turns = groups[g][sid].turns
         key = [t for t, tn in enumerate(turns) if tn.truth == "key"]
         present += bool(key)
-        hits += any(start <= t <= end for t in key)
-    return {"proposals": len(proposals), "hits": hits, "present": present}
+        hit = any(start <= t <= end for t in key)
+        hits += hit
+        if any(not tr.won and any(tn.truth == "nokey" for tn in tr.turns) for tr in groups[g]):
+            fail_props += 1
+            fail_hits += hit
+    return {"proposals": len(proposals), "hits": hits, "present": present, "fail_props": fail_props, "fail_hits": fail_hits}
 
 
 def step_metrics(probe: Probe | None, model, groups, adv_grpo, adv_final, proposals, method: str) -> dict:
     """This rank's raw sums for one update ({} outside the lab); `merge` turns ranks' sums into lab/*."""
     if probe is None:
         return {}
-    return {"q_key": q_key(model, probe), **credit_sums(groups, adv_grpo, adv_final, CREDIT_KIND.get(method)),
+    pk, bound = p_key_held(model, probe)
+    return {"q_key": q_key(model, probe), "p_key_held": pk, "p_key_bound": bound, **credit_sums(groups, adv_grpo, adv_final, CREDIT_KIND.get(method)),
             **judge_sums(groups, proposals), "shaped": method in CREDIT_KIND}
 
 
 def merge(parts: list[dict]) -> dict:
-    """lab/* from every rank's sums (q_key is the same on every rank: the same model)."""
+    """lab/* from every rank's sums."""
     parts = [p for p in parts if p]
     if not parts:
         return {}
-    tot = {k: sum(p[k] for p in parts) for k in parts[0] if k not in ("q_key", "shaped")}
+    same = ("q_key", "p_key_held", "p_key_bound", "shaped")     # the same on every rank: the same model
+    tot = {k: sum(p.get(k, 0) for p in parts) for k in parts[0] if k not in same}
     out = {"lab/q_key": parts[0]["q_key"]}
+    if "p_key_held" in parts[0]:
+        out["lab/p_key_held"], out["lab/p_key_bound"] = parts[0]["p_key_held"], parts[0]["p_key_bound"]
     if parts[0]["shaped"] and tot["total"] > 0:
         out["lab/credit_precision"] = tot["on"] / tot["total"]
     if tot["key_n"] and parts[0]["shaped"]:
         out["lab/credit_key"] = tot["key_sum"] / tot["key_n"]
-    if tot["trap_n"] and parts[0]["shaped"]:
-        out["lab/credit_trap"] = tot["trap_sum"] / tot["trap_n"]
+    for x in ("trap", "nokey"):
+        if tot.get(f"{x}_n") and parts[0]["shaped"]:
+            out[f"lab/credit_{x}"] = tot[f"{x}_sum"] / tot[f"{x}_n"]
     if tot["proposals"]:
         out["lab/judge_hit"] = tot["hits"] / tot["proposals"]
         out["lab/judge_key_present"] = tot["present"] / tot["proposals"]
         out["lab/proposals"] = tot["proposals"]
+    if tot.get("fail_props"):
+        out["lab/judge_hit_fail"] = tot["fail_hits"] / tot["fail_props"]
     return out

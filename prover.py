@@ -176,10 +176,12 @@ def credit_decision(delta: float, se: float, cfg) -> tuple[bool, float]:
     return ok, cfg.lam * (delta if cfg.credit_test == "se" else max(lcb, 0.0))
 
 
-def credit(groups, adv, run, overrides: dict | None = None) -> dict:
+def credit(groups, adv, run, overrides: dict | None = None, estimate=None) -> dict:
     """ProVer credit for one batch. `adv[g][i][t]` (GRPO per-turn advantages) is updated in place;
     returns the metrics of this step (prover/*). `overrides`: config fields to replace for this
-    call (prover-plus's PLUS)."""
+    call (prover-plus's PLUS). `estimate`: the verifier, verify.estimate's signature (default it;
+    ladder.py's prover-exact passes the exact ΔV)."""
+    estimate = estimate or verify.estimate
     cfg, agent = run.cfg, run.agent
     if overrides:
         cfg = dataclasses.replace(cfg, **overrides)
@@ -227,7 +229,7 @@ def credit(groups, adv, run, overrides: dict | None = None) -> dict:
         p = jr.proposal
         # 3. verify: 2K continuations from the restored boundary states
         seed = hash((cfg.seed, run.step, group[sid].group_id)) & 0x7FFFFFFF
-        v = verify.estimate(agent, run.envs(2 * cfg.verify_k), group[sid], p.start_turn, p.end_turn,
+        v = estimate(agent, run.envs(2 * cfg.verify_k), group[sid], p.start_turn, p.end_turn,
                             cfg.verify_k, cfg.temperature, seed=seed,
                             crn=cfg.verify_crn, k_max=cfg.verify_k_max, z=cfg.credit_z)
         deltas.append(v.delta)

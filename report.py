@@ -278,7 +278,7 @@ td.seg{background:#fff6bf;border:2px solid #e0a800}
 td.seg.applied{background:#e3f6e3;border-color:#1a9850}
 .seg-label{font-weight:700;color:#6b4e00;margin-bottom:2px}td.seg.applied .seg-label{color:#0f5e2d}
 .pv{display:inline-block;font-size:10px;font-weight:700;padding:0 4px;border-radius:3px;color:#fff;margin-right:3px}
-.pv-key{background:#7b3294}.pv-trap{background:#000}
+.pv-key{background:#7b3294}.pv-trap{background:#000}.pv-nokey{background:#b35806}
 .bad{color:#b00;font-size:10px;font-weight:600;margin-right:3px}.raw{color:#b00;font-family:monospace}
 .cd{font-size:10px;font-weight:700;margin-left:2px}.cd.pos{color:#1a9850}.cd.neg{color:#d73027}
 .strip{margin-top:3px;line-height:0}
@@ -302,7 +302,7 @@ LEGEND_GROUPS = (
     "<span style='background:#f7f7f7'></span><span style='background:#a6d96a'></span><span style='background:#1a9850'>"
     "</span></span> −1 … 0 … +1 (clipped). <b>Yellow box</b>: ProVer's judged segment (green: credited), labelled "
     "with Δ̂ = SR(after) − SR(before) ± SE from K continuations each; ● success ○ failure of each continuation. "
-    "<b>+0.25</b> next to a turn: final − GRPO. <span class='pv pv-key'>KEY</span><span class='pv pv-trap'>TRAP</span> "
+    "<b>+0.25</b> next to a turn: final − GRPO. <span class='pv pv-key'>KEY</span><span class='pv pv-trap'>TRAP</span><span class='pv pv-nokey'>NOKEY</span> "
     "pivotal turns (credit lab ground truth, never shown to the judge). Long trajectories show the text of their first 8 and "
     "last 4 turns; the strip has every turn.")
 

@@ -60,7 +60,8 @@ class Turn:
     action_ids: list[int] = field(default_factory=list)     # generated tokens (incl. eos)
     logprobs: list[float] = field(default_factory=list)     # sampling log-probs, one per action id
     state: AgentState | None = None   # restore handle: state *before* this turn
-    # ground truth from the env (keydoor: "key" / "trap" when this turn took one, else ""); read
+    # ground truth from the env (keydoor: "key" / "trap" when this turn took one, "nokey" when it
+    # walked out of the pivot room leaving the key, else ""); read
     # only by the credit-lab metrics (lab.py), never shown to the judge or the policy
     truth: str = ""
 

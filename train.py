@@ -42,6 +42,8 @@ from config import CHOICES, ENV_DEFAULTS, Config, parse_args, validate  # noqa: 
 import dist  # noqa: E402
 import grpo  # noqa: E402
 import lab  # noqa: E402
+import ladder  # noqa: E402
+import oracle  # noqa: E402
 import prover  # noqa: E402
 import records  # noqa: E402
 import report  # noqa: E402
@@ -50,7 +52,8 @@ from rollout import Agent, rollout_groups, spread_tasks  # noqa: E402
 
 # Credit assignment, by --method: fn(groups, adv, run) -> metrics dict; adv[g][i][t] is updated in
 # place (and a method may append groups, e.g. grpo-matched's extra rollouts).
-METHODS = {"grpo": lambda groups, adv, run: {}, "prover": prover.credit, "prover-plus": prover.credit_plus, **baselines.METHODS}
+METHODS = {"grpo": lambda groups, adv, run: {}, "prover": prover.credit, "prover-plus": prover.credit_plus, **baselines.METHODS,
+           **ladder.METHODS}   # ladder.py: the credit lab's exact-credit arms (keydoor only)
 # Methods that explain their credit in segments.md, and the header that file opens with.
 SEGMENT_HEADERS = {"prover": prover.SEGMENTS_HEADER, "prover-plus": prover.SEGMENTS_HEADER, "criticsearch": baselines.CRITIC_HEADER}
 
@@ -164,7 +167,9 @@ def evaluate(tr: Trainer) -> dict:
     tok0 = agent.counter["tokens/eval"]
     groups = rollout_groups(agent, tr.eval_envs, [tasks[i] for i in mine], R, cfg.eval_temperature, seed=cfg.seed + 7,
                             purpose="eval", keep_states=False, positions=mine) if mine else []
-    local = {"eps": [(t.success, t.score, len(t.turns), t.task_type) for g in groups for t in g],
+    # the credit lab: E[R | decisions] per episode too (the door's draw removed; see oracle.py)
+    exp_r = (lambda t: oracle.expected_reward(t, tr.run.env_kwargs)) if spec.name == "keydoor" else (lambda t: None)
+    local = {"eps": [(t.success, t.score, len(t.turns), t.task_type, exp_r(t)) for g in groups for t in g],
              "tokens": agent.counter["tokens/eval"] - tok0}
     parts = dist.gather(local, tr.world)
     eps = [e for p in parts for e in p["eps"]]
@@ -175,6 +180,10 @@ def evaluate(tr: Trainer) -> dict:
     for e in eps:
         by.setdefault(e[3], []).append(e[0])
     m.update({f"eval/success/{k}": sum(v) / len(v) for k, v in sorted(by.items())})
+    if eps and eps[0][4] is not None:
+        # held-out success without the door's draw: the draw is fixed per task, so eval/success
+        # has a ceiling shared by every arm once the key is taken; this has not
+        m["eval/expected_success"] = sum(e[4] for e in eps) / n
     return m
 
 

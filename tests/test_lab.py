@@ -68,7 +68,17 @@ def test_credit_precision_on_a_hand_built_group():
     assert s2["on"] / s2["total"] == pytest.approx((0.75 + 0.7) * 3 / (3 * sum(map(abs, final[0][0] + final[0][1]))))
     # judge hits: a proposal covering turn 1 of trajectory 0 hits; one on turns 2-3 does not
     j = lab.judge_sums(g, [(0, 0, 0, 1, 0.2, True), (0, 0, 2, 3, 0.0, False), (0, 1, 0, 0, 0.1, True)])
-    assert j == {"proposals": 3, "hits": 1, "present": 2}
+    assert j == {"proposals": 3, "hits": 1, "present": 2, "fail_props": 0, "fail_hits": 0}
+    # a failure that left the key behind ("nokey"): its group's proposals count in judge_hit_fail
+    fail = _traj(2, ["nokey", "", ""])
+    fail.won = False
+    g2 = [[_traj(0, ["", "key", "", ""]), fail]]
+    j2 = lab.judge_sums(g2, [(0, 0, 1, 2, 0.2, True), (0, 0, 2, 3, 0.0, False)])
+    assert (j2["fail_props"], j2["fail_hits"]) == (2, 1)
+    m2 = lab.merge([{**lab.credit_sums(g2, [[[0.0] * 4, [0.0] * 3]], [[[0.0] * 4, [-0.3, 0.0, 0.0]]], "added"),
+                     "q_key": 0.3, "shaped": True, **j2}])
+    assert m2["lab/judge_hit_fail"] == 0.5 and m2["lab/credit_nokey"] == pytest.approx(-0.3)
+    assert m2["lab/credit_precision"] == pytest.approx(1.0)
 
 
 def test_lab_metrics_absent_outside_the_lab():

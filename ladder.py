@@ -1,0 +1,107 @@
+"""ladder.py — the credit ladder's lab-only arms: credit that needs the env's truth (keydoor only).
+
+Each rung removes one source of error between GRPO and perfect credit (oracle.py computes
+A*(s, a) = Q^π(s, a) − V^π(s) exactly for the policy that sampled the batch):
+
+    grpo          A_t = R − mean_g R                               (outcome noise, no per-turn credit)
+    oracle-rb     A_t = E[R | decisions] − mean_g E[R | decisions]  (the door's draw removed: E[R|·]
+                  = door_chance(key, coin) if the door was opened, else 0; outcome noise gone)
+    prover        + λ·Δ̂ on the judge's segment                      (selection, coverage, estimation)
+    prover-exact  + λ·ΔV on the judge's segment, ΔV = V^π(s_{r+1}) − V^π(s_ℓ) exact
+                  (ProVer's judge, segment, scope and credit rule; no estimation noise)
+    oracle-add    A_t = A^GRPO_t + λ·A*(s_t, a_t) on every turn       (coverage: every turn)
+    oracle        A_t = A*(s_t, a_t)                                 (perfect credit, alone)
+
+So the table of a study splits the gap between GRPO and perfect credit into outcome noise
+(grpo → oracle-rb), estimation (prover → prover-exact), selection and coverage (prover-exact →
+oracle-add) and the outcome term itself (oracle-add → oracle).
+
+Every arm follows `train.METHODS`' protocol: fn(groups, adv, run) updates adv[g][i][t] in place and
+returns metrics (oracle/*: the DP's size, its pruning bound and residual mass). The oracle is
+rebuilt for every call (the policy changed since the last one) at the rollout temperature.
+Leaves out: every env but keydoor (config.validate refuses them with one line before set-up).
+"""
+from __future__ import annotations
+
+import grpo
+import oracle
+import prover
+import verify
+
+METHODS_NEEDING_TRUTH = ("oracle-rb", "oracle-add", "oracle", "prover-exact")
+
+
+def make_oracle(run) -> oracle.Oracle:
+    """The oracle of the policy that sampled this batch (the generator's model)."""
+    model = getattr(run.agent.gen, "model", None)
+    if model is None:
+        raise ValueError("the ladder's oracle arms need the policy's weights in this process (--rollout hf)")
+    return oracle.Oracle(run.env_kwargs, oracle.ModelPolicy(model, run.agent, run.cfg.temperature),
+                         history_len=run.agent.history_len, eps=run.cfg.oracle_eps)
+
+
+def _stats(orc: oracle.Oracle, roots) -> dict:
+    s = orc.stats
+    return {"oracle/nodes": s["nodes"], "oracle/bound_max": orc.max_bound(roots),
+            "oracle/residual_mean": s["residual_mass"] / max(1, s["scored"])}
+
+
+def oracle_rb(groups, adv, run) -> dict:
+    """GRPO on E[R | decisions]: the trajectories' R is replaced and GRPO's advantages recomputed
+    (format penalties as GRPO's)."""
+    for group in groups:
+        for tr in group:
+            tr.R = oracle.expected_reward(tr, run.env_kwargs)
+    cfg = run.cfg
+    new = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
+    for g in range(len(groups)):
+        adv[g] = new[g]
+    return {"oracle/expected_R_mean": sum(tr.R for gr in groups for tr in gr) / max(1, sum(map(len, groups)))}
+
+
+def _exact(groups, adv, run, add: bool) -> dict:
+    orc = make_oracle(run)
+    a_star = orc.advantages(groups)
+    for g, group in enumerate(groups):
+        for i, tr in enumerate(group):
+            for t in range(len(tr.turns)):
+                adv[g][i][t] = (adv[g][i][t] if add else 0.0) + (run.cfg.lam if add else 1.0) * a_star[g][i][t]
+    roots = [tn.state for gr in groups for tr in gr for tn in tr.turns]
+    return _stats(orc, roots)
+
+
+def oracle_add(groups, adv, run) -> dict:
+    """GRPO + λ·A* on every turn."""
+    return _exact(groups, adv, run, add=True)
+
+
+def oracle_alone(groups, adv, run) -> dict:
+    """A* alone: perfect credit for the sampling policy (no outcome term)."""
+    return _exact(groups, adv, run, add=False)
+
+
+def exact_estimator(orc: oracle.Oracle):
+    """A drop-in for verify.estimate: Δ = V^π(s_{r+1}) − V^π(s_ℓ) exactly (SE 0, no continuations).
+    V^π(s_{r+1}) = Q^π(s_r, a_r) (the move is deterministic given the turn's text), which also covers
+    a segment that ends the episode."""
+    def estimate(agent, envs, traj, start, end, K, temperature, seed=0, crn=False, k_max=0, z=1.0):
+        pre = orc.values([traj.turns[start].state])[0]
+        post = orc.turn_q(traj.turns[end].state, traj.turns[end].action)
+        return verify.Verification(post - pre, 0.0, pre, post, 0, [], [])
+    return estimate
+
+
+def prover_exact(groups, adv, run) -> dict:
+    """ProVer's judge, segment, scope and credit rule, with the exact ΔV instead of Δ̂."""
+    if run.judge is None:                     # build.judge_setup makes a judge for prover's names only
+        import dataclasses
+        import build
+        run.judge = build.judge_setup(dataclasses.replace(run.cfg, method="prover"), getattr(run.agent.gen, "model", None),
+                                      run.agent.tok)
+    orc = make_oracle(run)
+    out = prover.credit(groups, adv, run, estimate=exact_estimator(orc))
+    out.update({k: v for k, v in _stats(orc, []).items() if k != "oracle/bound_max"})
+    return out
+
+
+METHODS = {"oracle-rb": oracle_rb, "oracle-add": oracle_add, "oracle": oracle_alone, "prover-exact": prover_exact}

@@ -1,0 +1,342 @@
+"""oracle.py — exact credit for the credit lab: A*(s, a) = Q^π(s, a) − V^π(s) in `keydoor`.
+
+What this implements
+--------------------
+In keydoor (keydoor.py) everything but the policy is known: the moves are deterministic and the
+only randomness after reset is the door's draw, whose chance is a known function of what is held.
+So the policy's value can be computed instead of estimated:
+
+    V^π(n)    = Σ_a π(a | n) · Q^π(n, a)
+    Q^π(n, a) = door_chance(key, coin)                   a = "open door" in the last room
+              = 0                                        the step limit ends the episode
+              = V^π(child(n, a))                         otherwise
+    A*(n, a)  = Q^π(n, a) − V^π(n)
+
+over **nodes** n = what the policy's prompt is built from plus what the rules need: the game
+state (room, objects in every room, held objects, key, coin, steps taken) and the prompt's view
+(the current observation and the last `history_len` (observation, action) pairs). Two histories
+that show the same prompt have the same π, so they are one node — a DP over what the prompt
+shows, which is exact for any policy that sees only its prompt (the tiny policy, the compact
+prompt; the chat prompt's step counter is `steps`, also part of the node).
+
+Procedure (`Oracle.values`): breadth first from the roots, one level per step (every step counts
+against the limit, so a node's children are one level deeper and the graph is acyclic): score
+π at every new node of a level in one batch (`ModelPolicy`: the model's exact probability of the
+canonical response `<action>a</action>` of each admissible action at the sampling temperature),
+expand, and back the values up from the deepest level. Children are merged across parents and
+roots (a node's value is computed once per policy), and `Oracle` caches values until `reset()`
+(call it whenever the policy changes).
+
+Approximations, each with a stated bound:
+* **Residual mass.** π is scored on the canonical text of every admissible action and of every
+  well-formed inadmissible action the prompt makes plausible (`candidates`: the env answers those
+  with "Nothing happens." and the next prompt shows them, so they are followed exactly). The rest,
+  1 − Σ_a π(a), is malformed text (a missing tag, a doubled word). The env answers those with "Nothing
+  happens." and the step counts; the oracle follows them as one invalid turn whose history entry is
+  `RESIDUAL` (the real rollout shows the text it parsed, which the oracle cannot enumerate). The
+  residual mass is reported (`Oracle.stats["residual_mass"]`); bench/oracle_check.py measures what
+  the approximation costs against Monte Carlo with the real sampler.
+* **Pruning.** A child whose summed reach probability from the roots falls below `eps` is not
+  expanded; it is valued by the walk-out fallback (door chance with what is held if the remaining
+  steps suffice to walk to the door and open it, else 0). Values lie in [0, 1], so the error of a
+  value is at most the probability mass that reaches pruned nodes; `Oracle.bound[n]` backs that
+  bound up exactly (eps = 0: no pruning, bound 0).
+
+Also here: `p_key_held` (the same DP, stopped when the agent leaves the pivot room: the
+probability that it holds the key then — the lab's headline speed measure) and `advantages`
+(A* for every turn of a batch of trajectories, the credit of the ladder's `oracle*` arms).
+
+Leaves out: every env but keydoor (no other env's dynamics are known in closed form); the trap's
+coin and the key are the only objects whose taking changes the outcome, and the oracle needs no
+hint of that — it reads the rules by stepping a `keydoor.KeyDoor`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+
+import keydoor
+from envs import PromptInput
+from rollout import AgentState
+
+RESIDUAL = ""               # the history entry of a turn whose response is no admissible action
+MODES = ("success", "key_held")
+
+
+# ---------------------------------------------------------------------------------------------
+# Policies: a batch of views -> action probabilities
+# ---------------------------------------------------------------------------------------------
+# A policy is any callable  policy(views: list[AgentState]) -> list[dict[action, probability]]
+# (probabilities of actions, admissible or not: an inadmissible one costs a step; what they leave
+# to 1 is the residual). The views carry
+# obs, info["task"/"admissible"], history (padded to `step` entries: the chat prompt numbers its
+# steps) and step; env_snap is None.
+Policy = Callable[[list], list]
+
+
+def candidates(view) -> list[str]:
+    """The actions whose canonical responses are scored at a view: the admissible ones, plus every
+    well-formed action the prompt makes plausible (the two moves, and take / drop / examine of each
+    object the prompt names). A well-formed inadmissible action is not residual: the env answers it
+    with "Nothing happens." and the next prompt's history shows it, so it is followed exactly."""
+    text = " ".join([view.obs] + [o for o, _ in view.history[-2:]] + list(view.info["admissible"]))
+    names = [x for x in keydoor.OBJECTS + [keydoor.KEY, keydoor.TRAP] if x in text]
+    extra = ["go forward", "open door"] + [f"{v} {x}" for x in names for v in ("take", "drop", "examine")]
+    return list(dict.fromkeys(list(view.info["admissible"]) + extra))
+
+
+class ModelPolicy:
+    """The model's exact action probabilities at `temperature`: for each candidate action a,
+    Π_j π(y_j | prompt, y_<j) with y = spec.response(a) up to its closing tag (the env acts on the
+    first `<action>…</action>`; what follows it does not matter). Another spelling of the same
+    action (a different tokenisation) is counted as residual — the same convention as lab/q_key."""
+
+    def __init__(self, model, agent, temperature: float, chunk: int = 256):
+        self.model, self.agent, self.temperature, self.chunk = model, agent, float(temperature), chunk
+        self._resp: dict[str, list[int]] = {}
+        self.calls = self.rows = 0
+
+    def response_ids(self, a: str) -> list[int]:
+        if a not in self._resp:
+            self._resp[a] = self.agent.tok(self.agent.spec.response(a), add_special_tokens=False)["input_ids"]
+        return self._resp[a]
+
+    @torch.no_grad()
+    def __call__(self, views: list) -> list[dict]:
+        from grpo import Row, collate, token_logprobs
+        prompts = self.agent.prompts_ids(views)
+        pairs = [(v, a) for v in range(len(views)) for a in candidates(views[v])]
+        was = self.model.training
+        self.model.eval()
+        # rows sorted by length so each chunk pads little; one forward per chunk
+        order = sorted(range(len(pairs)), key=lambda k: len(prompts[pairs[k][0]]))
+        vals = [0.0] * len(pairs)
+        for c in range(0, len(order), self.chunk):
+            idx = order[c:c + self.chunk]
+            rows = [Row(prompts[pairs[k][0]], self.response_ids(pairs[k][1]), [0.0] * len(self.response_ids(pairs[k][1])), 0.0)
+                    for k in idx]
+            ids, attn, mask, _, _ = collate(rows, self.agent.tok.pad_token_id)      # (B, T), (B, T), (B, T-1)
+            lp = token_logprobs(self.model, ids, attn, mask, self.temperature).sum(-1)   # (B,)
+            for k, v in zip(idx, lp.tolist()):
+                vals[k] = v
+            self.calls += 1
+        self.model.train(was)
+        self.rows += len(pairs)
+        out = [dict() for _ in views]
+        for (v, a), lp in zip(pairs, vals):
+            out[v][a] = math.exp(lp)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Nodes
+# ---------------------------------------------------------------------------------------------
+def _game_key(s: keydoor.State) -> tuple:
+    """The rule-relevant part of a keydoor.State (task and the expert's coin are not)."""
+    return (s.room, s.items, s.held, s.key, s.trap_taken, s.steps)
+
+
+@dataclass
+class _Node:
+    state: keydoor.State
+    obs: str
+    window: tuple                    # the last history_len (obs, action) pairs
+    admissible: list
+
+
+class Oracle:
+    """Exact values and advantages of a policy in one keydoor configuration.
+
+    `env_kwargs`: the keydoor options (rooms, p_key, p_nokey, trap, pivot, max_steps, ...);
+    `policy`: see `Policy`; `history_len`: the prompt's history window; `eps`: pruning threshold on
+    a node's reach probability (0 = exact enumeration)."""
+
+    def __init__(self, env_kwargs: dict, policy: Policy, history_len: int = 2, eps: float = 1e-4,
+                 max_nodes: int = 2_000_000):
+        self.env = keydoor.make(split="test", seed=0, **env_kwargs)    # the rules only; split/seed unused
+        self.policy, self.h, self.eps, self.max_nodes = policy, int(history_len), float(eps), max_nodes
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every value and probability (call after the policy changes)."""
+        self.nodes: dict[tuple, _Node] = {}
+        self.pi: dict[tuple, dict] = {}
+        self.value = {m: {} for m in MODES}        # mode -> node key -> value
+        self.bound = {m: {} for m in MODES}        # mode -> node key -> |error| bound from pruning
+        self.stats = {"nodes": 0, "levels": 0, "pruned_mass": 0.0, "residual_mass": 0.0, "scored": 0}
+        # residual_mass: summed over scored nodes (divide by `scored` for the mean per node)
+
+    # ---- nodes --------------------------------------------------------------------------------
+    def _register(self, st: keydoor.State, obs: str, window: tuple) -> tuple:
+        key = (_game_key(st), obs, window)
+        if key not in self.nodes:
+            self.env.s = replace(st)
+            self.nodes[key] = _Node(replace(st), obs, window, self.env.admissible())
+        return key
+
+    def node_of(self, s: AgentState) -> tuple:
+        """The node of a rollout's AgentState (its env snapshot holds the game state)."""
+        st = s.env_snap[0]
+        return self._register(st, s.obs, self._window(s.history))
+
+    def _window(self, history) -> tuple:
+        return tuple(tuple(x) for x in history[max(0, len(history) - self.h):]) if self.h else ()
+
+    def view(self, key: tuple) -> AgentState:
+        n = self.nodes[key]
+        pad = (("", ""),) * (n.state.steps - len(n.window))
+        return AgentState(None, n.obs, {"task": keydoor.TASK, "admissible": list(n.admissible)},
+                          pad + n.window, n.state.steps)
+
+    def step(self, key: tuple, action: str, text: str | None = None, mode: str = "success"):
+        """One transition: (terminal value, None) or (None, child key). `text`: the history entry
+        (the parsed action; default `action`)."""
+        n, env = self.nodes[key], self.env
+        s, last = n.state, env.rooms - 1
+        leaving = s.room == env.pivot and ((action == "go forward" and s.room < last) or
+                                           (action == "open door" and s.room == last))
+        if mode == "key_held" and (leaving or s.room > env.pivot):
+            return float(s.key), None
+        if action == "open door" and s.room == last:
+            return keydoor.door_chance(s.key, s.trap_taken, env.p_key, env.p_nokey, env.trap), None
+        env.s = replace(s)
+        obs, _, done, _ = env.step(action)                 # never opens the door: no RNG use
+        if done:                                           # the step limit
+            return (float(env.s.key) if mode == "key_held" else 0.0), None
+        return None, self._register(env.s, obs, self._window(n.window + ((n.obs, action if text is None else text),)))
+
+    def _fallback(self, key: tuple, mode: str) -> float:
+        """Value of a pruned node: walk out (go forward to the door and open it) if the steps allow."""
+        s, env = self.nodes[key].state, self.env
+        if mode == "key_held":
+            return float(s.key)
+        need = (env.rooms - 1 - s.room) + 1
+        ok = env.max_steps - s.steps >= need
+        return keydoor.door_chance(s.key, s.trap_taken, env.p_key, env.p_nokey, env.trap) if ok else 0.0
+
+    # ---- the DP -------------------------------------------------------------------------------
+    def _branches(self, key: tuple) -> list[tuple[float, str, str]]:
+        """(probability, action, history text) of each branch of a node, the residual included."""
+        pi = self.pi[key]
+        out = [(p, a, a) for a, p in pi.items() if p > 0]
+        res = 1.0 - sum(pi.values())
+        if res > 1e-12:
+            out.append((res, "", RESIDUAL))               # the env answers "" with "Nothing happens."
+        return out
+
+    def solve(self, roots: list[tuple], mode: str = "success") -> None:
+        """Values (and pruning bounds) of every root under `mode`, cached."""
+        V, B = self.value[mode], self.bound[mode]
+        frontier = {k: 1.0 for k in roots if k not in V}
+        levels = []
+        while frontier:
+            new = [k for k in frontier if k not in self.pi]
+            if new:
+                for k, p in zip(new, self.policy([self.view(k) for k in new])):
+                    tot = sum(p.values())
+                    if tot > 1.0 + 1e-4:
+                        raise ValueError(f"oracle: the policy's probabilities sum to {tot:.4f} > 1")
+                    self.pi[k] = {a: v / max(1.0, tot) for a, v in p.items()}
+                self.stats["scored"] += len(new)
+                self.stats["residual_mass"] += sum(max(0.0, 1.0 - sum(self.pi[k].values())) for k in new)
+            children: dict[tuple, float] = {}
+            for k, m in frontier.items():
+                for p, a, text in self._branches(k):
+                    val, child = self.step(k, a, text, mode)
+                    if child is not None and child not in V:
+                        children[child] = children.get(child, 0.0) + m * p
+            levels.append(frontier)
+            if len(self.nodes) > self.max_nodes:
+                raise RuntimeError(f"oracle: more than {self.max_nodes} nodes; raise eps")
+            keep = {c: m for c, m in children.items() if m >= self.eps}
+            for c, m in children.items():
+                if m < self.eps:
+                    V[c], B[c] = self._fallback(c, mode), 1.0
+                    self.stats["pruned_mass"] += m
+            frontier = keep
+        for level in reversed(levels):                     # back up, deepest level first
+            for k in level:
+                v = b = 0.0
+                for p, a, text in self._branches(k):
+                    val, child = self.step(k, a, text, mode)
+                    if child is None:
+                        v += p * val
+                    else:
+                        v += p * V[child]
+                        b += p * B[child]
+                V[k], B[k] = v, b
+        self.stats["levels"] = max(self.stats["levels"], len(levels))
+        self.stats["nodes"] = len(self.nodes)
+
+    def values(self, states: list[AgentState], mode: str = "success") -> list[float]:
+        """V^π (mode success: the chance to win; key_held: to hold the key when leaving the pivot
+        room) of each rollout state."""
+        keys = [self.node_of(s) for s in states]
+        self.solve(keys, mode)
+        return [self.value[mode][k] for k in keys]
+
+    def q_values(self, key: tuple, mode: str = "success") -> dict[str, float]:
+        """Q^π(n, a) for every admissible action of a solved node (children solved on demand)."""
+        out = {}
+        for a in self.nodes[key].admissible:
+            val, child = self.step(key, a, None, mode)
+            if child is not None:
+                self.solve([child], mode)
+                val = self.value[mode][child]
+            out[a] = val
+        return out
+
+    def turn_q(self, s: AgentState, action: str, mode: str = "success") -> float:
+        """Q^π(s, action) of a turn taken from rollout state s (action = the parsed action text,
+        which is also what the next prompt's history shows)."""
+        k = self.node_of(s)
+        val, child = self.step(k, action, action, mode)
+        if child is None:
+            return val
+        self.solve([child], mode)
+        return self.value[mode][child]
+
+    def advantages(self, groups) -> list:
+        """A*[g][i][t] = Q^π(s_t, a_t) − V^π(s_t) for every turn of every trajectory (turns need
+        their `state`: rollouts with keep_states)."""
+        roots, kids = [], []
+        for group in groups:
+            for tr in group:
+                for tn in tr.turns:
+                    k = self.node_of(tn.state)
+                    roots.append(k)
+                    val, child = self.step(k, tn.action, tn.action)
+                    if child is not None:
+                        kids.append(child)
+        self.solve(roots + kids)
+        V = self.value["success"]
+        out = []
+        for group in groups:
+            out.append([])
+            for tr in group:
+                row = []
+                for tn in tr.turns:
+                    k = self.node_of(tn.state)
+                    val, child = self.step(k, tn.action, tn.action)
+                    row.append((val if child is None else V[child]) - V[k])
+                out[-1].append(row)
+        return out
+
+    def max_bound(self, states: list[AgentState], mode: str = "success") -> float:
+        return max((self.bound[mode][self.node_of(s)] for s in states), default=0.0)
+
+
+def expected_reward(tr, env_kwargs: dict) -> float:
+    """E[R | the trajectory's decisions]: the door's chance with what was held when the door was
+    opened, 0 if the episode ran out of steps — the door's draw removed (outcome noise only). What
+    was held comes from the turns' truth labels (the key and the coin cannot be dropped), so it
+    needs no env snapshots (evaluation rollouts keep none)."""
+    if not tr.turns or tr.turns[-1].next_obs not in (keydoor.DOOR_OPENS, keydoor.DOOR_SHUT):
+        return 0.0
+    env = keydoor.make(split="test", seed=0, **env_kwargs)
+    key = any(tn.truth == "key" for tn in tr.turns)
+    coin = any(tn.truth == "trap" for tn in tr.turns)
+    return keydoor.door_chance(key, coin, env.p_key, env.p_nokey, env.trap)

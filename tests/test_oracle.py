@@ -1,0 +1,209 @@
+"""oracle.py (exact A* in keydoor), the `nokey` label, lab/p_key_held and the ladder's arms (ladder.py).
+
+    python -m pytest -q tests/test_oracle.py
+"""
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import envs  # noqa: E402
+import grpo  # noqa: E402
+import keydoor  # noqa: E402
+import oracle  # noqa: E402
+import rollout  # noqa: E402
+
+WARM = os.path.join(ROOT, "results", "warmstarts", "tiny-keydoor-b3062f60c292")   # committed, rooms 16
+
+
+def corridor_policy(q: float, f: float = 1.0, coin: float = 0.0):
+    """Scripted: takes the key with probability q (else walks on), the coin with probability `coin`
+    where it lies; in a middle room walks on with probability f (the rest is an invalid turn); opens
+    the door in the last room. Reads only the admissible actions and the observation."""
+    def pol(views):
+        out = []
+        for v in views:
+            adm = v.info["admissible"]
+            if "take key" in adm:
+                out.append({"take key": q, "go forward": 1 - q})
+            elif "take cursed coin" in adm and coin > 0:
+                move = "open door" if "open door" in adm else "go forward"
+                out.append({"take cursed coin": coin, move: 1 - coin})
+            elif "open door" in adm:
+                out.append({"open door": 1.0})
+            elif v.obs.startswith("You take"):
+                out.append({"open door" if "open door" in adm else "go forward": 1.0})
+            else:
+                out.append({"go forward": f})       # 1 − f: a response that is no action (a wasted step)
+        return out
+    return pol
+
+
+def _start(kw, task=0):
+    env = keydoor.make(split="test", seed=0, **kw)
+    return env, rollout.start_state(env, task)
+
+
+def test_corridor_values_and_advantages_equal_a_hand_computation():
+    kw = dict(rooms=3, distractors=0, p_key=0.8, p_nokey=0.2)
+    env, s0 = _start(kw)
+    orc = oracle.Oracle(kw, corridor_policy(0.6), eps=0.0)
+    v = orc.values([s0])[0]
+    assert v == pytest.approx(0.6 * 0.8 + 0.4 * 0.2)
+    assert orc.turn_q(s0, "take key") - v == pytest.approx(0.8 - 0.56)            # (1 − q)(p_key − p_nokey)
+    assert orc.turn_q(s0, "go forward") - v == pytest.approx(0.2 - 0.56)
+    assert orc.turn_q(s0, "examine key") == pytest.approx(v)  # a wasted step that the limit does not bind: 0
+    assert orc.max_bound([s0]) == 0.0
+
+
+def test_corridor_with_the_trap():
+    kw = dict(rooms=3, distractors=0, p_key=0.8, p_nokey=0.2, trap=0.5)
+    env, s0 = _start(kw)
+    assert env.trap_room(0) in (1, 2)
+    orc = oracle.Oracle(kw, corridor_policy(0.6, coin=0.3), eps=0.0)
+    v = orc.values([s0])[0]
+    assert v == pytest.approx(keydoor.analytic_value(0.6, 0.8, 0.2, trap=0.5, q_trap=0.3))
+    # walk to the coin's room with the key: taking the coin costs half of the door's chance
+    env.restore(s0.env_snap)
+    obs, _, _, info = env.step("take key")
+    s, hist = rollout.AgentState(env.snapshot(), obs, info, ((s0.obs, "take key"),), 1), None
+    while "take cursed coin" not in s.info["admissible"]:
+        o, _, _, i = env.step("go forward")
+        s = rollout.AgentState(env.snapshot(), o, i, s.history + ((s.obs, "go forward"),), s.step + 1)
+    vs = orc.values([s])[0]
+    assert vs == pytest.approx(0.8 * (1 - 0.3 * 0.5))
+    assert orc.turn_q(s, "take cursed coin") - vs == pytest.approx(0.4 - vs)
+
+
+def test_corridor_with_the_step_limit_binding():
+    # 3 rooms, 5 steps: with the key the agent needs 4 (one wasted step allowed), without it 3 (two)
+    kw = dict(rooms=3, distractors=0, p_key=0.8, p_nokey=0.2, max_steps=5)
+    env, s0 = _start(kw)
+    orc = oracle.Oracle(kw, corridor_policy(0.6, f=0.5), eps=0.0)
+    reach_key, reach_nokey = 1 - 0.5 ** 2, 1 - 0.5 ** 3
+    v = orc.values([s0])[0]
+    assert v == pytest.approx(0.6 * 0.8 * reach_key + 0.4 * 0.2 * reach_nokey)
+    assert orc.turn_q(s0, "take key") == pytest.approx(0.8 * reach_key)
+    # a wasted step now costs: examining the key first leaves 4 steps, so no waste is allowed with it
+    q_waste = orc.turn_q(s0, "examine key")
+    assert q_waste == pytest.approx(0.6 * 0.8 * 0.5 + 0.4 * 0.2 * reach_key) and q_waste < v
+    # pruning: the bound covers the error
+    coarse = oracle.Oracle(kw, corridor_policy(0.6, f=0.5), eps=0.2)
+    vc = coarse.values([s0])[0]
+    assert 0 < coarse.max_bound([s0]) and abs(vc - v) <= coarse.max_bound([s0]) + 1e-12
+
+
+def test_advantages_of_a_trajectory_telescope_to_expected_reward_minus_start_value():
+    kw = dict(rooms=3, distractors=1, p_key=0.8, p_nokey=0.2, max_steps=6)
+    env, s0 = _start(kw, task=3)
+    orc = oracle.Oracle(kw, corridor_policy(0.5, f=0.7), eps=0.0)
+    turns, s = [], s0
+    for a in ["examine key", "take key", "go forward", "", "go forward", "open door"]:
+        env.restore(s.env_snap)
+        obs, r, done, info = env.step(a)
+        turns.append(rollout.Turn(t=len(turns), obs=s.obs, admissible=list(s.info["admissible"]), text=a, action=a,
+                                  valid=True, next_obs=obs, reward=r, done=done, state=s, truth=info["pivotal"]))
+        s = rollout.AgentState(env.snapshot(), obs, info, s.history + ((s.obs, a),), s.step + 1)
+    tr = rollout.Trajectory(0, 0, 3, keydoor.TASK, "keydoor", turns, won=False, score=0.0)
+    a = orc.advantages([[tr]])[0][0]
+    assert oracle.expected_reward(tr, kw) == pytest.approx(0.8)
+    assert sum(a) == pytest.approx(0.8 - orc.values([s0])[0])
+    assert a[1] > 0 and a[3] < 0         # taking the key helps; the invalid turn costs a step against the limit
+
+
+def test_nokey_label():
+    env = keydoor.make(rooms=3, distractors=1)
+    env.reset(0)
+    assert env.step("go forward")[3]["pivotal"] == "nokey"      # left the key lying in room 1
+    assert env.step("go forward")[3]["pivotal"] == ""
+    env.reset(0)
+    assert env.step("take key")[3]["pivotal"] == "key"
+    assert env.step("go forward")[3]["pivotal"] == ""
+
+
+def test_p_key_held_equals_a_hand_computation_on_a_scripted_policy():
+    # at the key: take it 0.3, examine it 0.2 (then the same choice again), walk on 0.5 → 0.3 / 0.8
+    def pol(views):
+        return [{"take key": 0.3, "examine key": 0.2, "go forward": 0.5} if "take key" in v.info["admissible"]
+                else {"go forward": 1.0} for v in views]
+    kw = dict(rooms=4, distractors=1, max_steps=40)
+    env, s0 = _start(kw)
+    orc = oracle.Oracle(kw, pol, eps=0.0)
+    assert orc.values([s0], "key_held")[0] == pytest.approx(0.3 / 0.8 * (1 - 0.2 ** 40) + 0.0, abs=1e-9)
+    # lab/q_key would read 0.3 here: the first action only
+    # a walk that took the key already: 1
+    env.restore(s0.env_snap)
+    obs, _, _, info = env.step("take key")
+    assert orc.values([rollout.AgentState(env.snapshot(), obs, info, ((s0.obs, "take key"),), 1)], "key_held")[0] == 1.0
+
+
+@pytest.fixture(scope="module")
+def warm():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from policy import HFGenerator
+    tok = AutoTokenizer.from_pretrained(WARM, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(WARM, dtype=torch.float32)
+    spec = envs.get_spec("keydoor")
+    return model, rollout.Agent(HFGenerator(model, tok), tok, spec, history_len=2, max_new_tokens=12)
+
+
+def test_model_policy_against_monte_carlo_with_the_real_sampler(warm):
+    """A small oracle-vs-MC check (bench/oracle_check.py is the full one): V at the start and after
+    taking the key, from 512 continuations each."""
+    model, agent = warm
+    kw = {"rooms": 3}
+    env, s0 = _start(kw, task=1)
+    orc = oracle.Oracle(kw, oracle.ModelPolicy(model, agent, 1.0), history_len=2, eps=1e-5)
+    pool = [keydoor.make(split="test", seed=0, **kw) for _ in range(512)]
+    finals = rollout.continue_from(agent, pool, [s0], 512, 1.0, seed=5)
+    mc = [float(f.info["won"]) for f in finals]
+    m = sum(mc) / len(mc)
+    se = math.sqrt(m * (1 - m) / len(mc))
+    v = orc.values([s0])[0]
+    assert abs(v - m) < 4 * se + orc.max_bound([s0]), (v, m, se)
+    pi = orc.pi[orc.node_of(s0)]
+    assert 0.3 < pi["take key"] < 0.9 and sum(pi.values()) <= 1.0
+
+
+def test_ladder_arms_run_on_keydoor(warm, tmp_path):
+    import config
+    import ladder
+    import train
+    model, agent = warm
+    kw = {"rooms": 3}
+    cfg = config.parse_args(["--env", "keydoor", "--env-opt", "rooms=3", "--out", str(tmp_path)])
+    config.validate(cfg)
+    pool = [keydoor.make(split="train", seed=0, **kw) for _ in range(16)]
+    groups = rollout.rollout_groups(agent, pool, [4, 5], 8, 1.0, seed=3)
+    base = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
+    run = train.Run(cfg, agent, agent.spec, kw, [], None, str(tmp_path))
+    outs = {}
+    for name in ladder.METHODS:
+        adv = [[list(r) for r in g] for g in base]
+        outs[name] = (train.METHODS[name](groups, adv, run), adv)
+    a_star = ladder.make_oracle(run).advantages(groups)
+    orc = ladder.make_oracle(run)
+    for g, group in enumerate(groups):
+        for i, tr in enumerate(group):
+            e = oracle.expected_reward(tr, kw)
+            assert sum(a_star[g][i]) == pytest.approx(e - orc.values([tr.turns[0].state])[0], abs=1e-6)
+            assert outs["oracle"][1][g][i] == pytest.approx(a_star[g][i])
+            assert outs["oracle-add"][1][g][i] == pytest.approx([b + a for b, a in zip(base[g][i], a_star[g][i])])
+            mean_e = sum(oracle.expected_reward(t, kw) for t in group) / len(group)
+            pen = [base[g][i][t] - (float(tr.won) - sum(t2.won for t2 in group) / len(group)) for t in range(len(tr.turns))]
+            assert outs["oracle-rb"][1][g][i] == pytest.approx([e - mean_e + p for p in pen])
+    assert outs["oracle"][0]["oracle/nodes"] > 0 and "prover/proposals" in outs["prover-exact"][0]
+
+
+@pytest.mark.parametrize("method", ["oracle-rb", "oracle-add", "oracle", "prover-exact"])
+def test_ladder_arms_refuse_other_envs_with_one_line(method, capsys):
+    import train
+    with pytest.raises(SystemExit):
+        train.main(["--env", "alfworld", "--method", method, "--iters", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("needs the env's truth, which only --env keydoor has (the credit lab)")
