@@ -207,3 +207,44 @@ def test_ladder_arms_refuse_other_envs_with_one_line(method, capsys):
         train.main(["--env", "alfworld", "--method", method, "--iters", "1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("needs the env's truth, which only --env keydoor has (the credit lab)")
+
+
+def test_credit_gradient_is_the_gradient_of_the_advantage_weighted_log_likelihood(warm):
+    """bench/credit_gradient.py's ĝ: linear in the advantages, zero for zero advantages, and equal
+    to a finite difference of (1/N) Σ A·log π along a random direction."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import credit_gradient
+    model, agent = warm
+    pool = [keydoor.make(split="train", seed=0, rooms=3) for _ in range(4)]
+    groups = rollout.rollout_groups(agent, pool, [7], 4, 1.0, seed=1)
+    adv = grpo.trajectory_advantages(groups)
+    adv = [[[a + 0.1 * t for t, a in enumerate(tr)] for tr in g] for g in adv]
+    pad = agent.tok.pad_token_id
+    g1 = credit_gradient.flat_grad(model, groups, adv, pad, 1.0)
+    g2 = credit_gradient.flat_grad(model, groups, [[[2 * a for a in tr] for tr in g] for g in adv], pad, 1.0)
+    g0 = credit_gradient.flat_grad(model, groups, [[[0.0 for _ in tr] for tr in g] for g in adv], pad, 1.0)
+    assert torch.allclose(g2, 2 * g1, atol=1e-6) and float(g0.abs().max()) == 0.0 and float(g1.norm()) > 0
+
+    def objective():
+        rows = grpo.rows_from(groups, adv)
+        ids, attn, mask, _, a = grpo.collate(rows, pad)
+        with torch.no_grad():
+            lp = grpo.token_logprobs(model, ids, attn, mask, 1.0)
+        return float((lp * a * mask).sum() / mask.sum())
+    params = [p for p in model.parameters()]
+    torch.manual_seed(0)
+    d = [torch.randn_like(p) for p in params]
+    h = 1e-3
+    with torch.no_grad():
+        for p, v in zip(params, d):
+            p.add_(h * v)
+    up = objective()
+    with torch.no_grad():
+        for p, v in zip(params, d):
+            p.sub_(2 * h * v)
+    down = objective()
+    with torch.no_grad():
+        for p, v in zip(params, d):
+            p.add_(h * v)
+    fd = (up - down) / (2 * h)
+    assert fd == pytest.approx(float(torch.dot(g1, torch.cat([v.flatten() for v in d]))), rel=0.05, abs=1e-5)
