@@ -212,10 +212,12 @@ class Config:
 
 
 
+# the credit ladder's arms (ladder.py): they read the env's truth, which only keydoor has
+LAB_METHODS = ("oracle-rb", "oracle-add", "oracle", "prover-exact")
+
 CHOICES = {
     "env": ["alfworld", "webshop", "searchqa", "keydoor"],
-    "method": ["prover", "prover-plus", "grpo", "grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch",
-               "oracle-rb", "oracle-add", "oracle", "prover-exact"],
+    "method": ["prover", "prover-plus", "grpo", "grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch", *LAB_METHODS],
     "credit_test": ["positive", "se", "shrink"],
     "credit_scope": ["segment", "matched"],
     "judge_success": ["shortest", "judge"],
@@ -341,7 +343,7 @@ def validate(cfg: Config) -> dict:
             and cfg.rollout != "hf":
         # the policy-as-judge generates with the unsharded copy, which only --rollout hf keeps
         raise ValueError("--fsdp with --judge hf (the policy as judge) needs --rollout hf, or a separate --judge-model")
-    if cfg.method in ("oracle-rb", "oracle-add", "oracle", "prover-exact"):
+    if cfg.method in LAB_METHODS:
         if cfg.env != "keydoor":
             raise ValueError(f"--method {cfg.method}: needs the env's truth, which only --env keydoor has (the credit lab)")
         if cfg.rollout != "hf":

@@ -28,9 +28,6 @@ import oracle
 import prover
 import verify
 
-METHODS_NEEDING_TRUTH = ("oracle-rb", "oracle-add", "oracle", "prover-exact")
-
-
 def make_oracle(run) -> oracle.Oracle:
     """The oracle of the policy that sampled this batch (the generator's model)."""
     model = getattr(run.agent.gen, "model", None)
@@ -104,4 +101,5 @@ def prover_exact(groups, adv, run) -> dict:
     return out
 
 
+# the names are config.LAB_METHODS (checked there before set-up: keydoor only)
 METHODS = {"oracle-rb": oracle_rb, "oracle-add": oracle_add, "oracle": oracle_alone, "prover-exact": prover_exact}

@@ -116,8 +116,8 @@ class ModelPolicy:
         vals = [0.0] * len(pairs)
         for c in range(0, len(order), self.chunk):
             idx = order[c:c + self.chunk]
-            rows = [Row(prompts[pairs[k][0]], self.response_ids(pairs[k][1]), [0.0] * len(self.response_ids(pairs[k][1])), 0.0)
-                    for k in idx]
+            resp = [self.response_ids(pairs[k][1]) for k in idx]
+            rows = [Row(prompts[pairs[k][0]], r, [0.0] * len(r), 0.0) for k, r in zip(idx, resp)]
             ids, attn, mask, _, _ = collate(rows, self.agent.tok.pad_token_id)      # (B, T), (B, T), (B, T-1)
             lp = token_logprobs(self.model, ids, attn, mask, self.temperature).sum(-1)   # (B,)
             for k, v in zip(idx, lp.tolist()):
@@ -166,6 +166,7 @@ class Oracle:
         self.pi: dict[tuple, dict] = {}
         self.value = {m: {} for m in MODES}        # mode -> node key -> value
         self.bound = {m: {} for m in MODES}        # mode -> node key -> |error| bound from pruning
+        self.trans: dict[tuple, tuple] = {}       # (node, action, text, mode) -> step()'s answer
         self.stats = {"nodes": 0, "levels": 0, "pruned_mass": 0.0, "residual_mass": 0.0, "scored": 0}
         # residual_mass: summed over scored nodes (divide by `scored` for the mean per node)
 
@@ -193,7 +194,14 @@ class Oracle:
 
     def step(self, key: tuple, action: str, text: str | None = None, mode: str = "success"):
         """One transition: (terminal value, None) or (None, child key). `text`: the history entry
-        (the parsed action; default `action`)."""
+        (the parsed action; default `action`). Memoised: the DP asks for each one twice (expanding
+        a level, then backing values up)."""
+        memo = (key, action, text, mode)
+        if memo not in self.trans:
+            self.trans[memo] = self._step(key, action, text, mode)
+        return self.trans[memo]
+
+    def _step(self, key: tuple, action: str, text: str | None, mode: str):
         n, env = self.nodes[key], self.env
         s, last = n.state, env.rooms - 1
         leaving = s.room == env.pivot and ((action == "go forward" and s.room < last) or

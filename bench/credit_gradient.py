@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import math
 import os
 import sys
@@ -66,7 +67,7 @@ def batch(tr, method: str, b: int, run) -> tuple[torch.Tensor, int]:
     tasks = [hash((b, k, 0xBA7C)) % 10**6 for k in range(cfg.tasks_per_iter)]
     groups = rollout_groups(agent, tr.train_envs, tasks, cfg.group_size, cfg.temperature, seed=hash((b, 0x5EED)) & 0x7FFFFFFF)
     adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
-    run.cfg = config.Config(**{**vars(cfg), "method": method})
+    run.cfg = dataclasses.replace(cfg, method=method)
     run.step, run.proposals, run.records = b, [], []
     train.METHODS[method](groups, adv, run)
     tokens = sum(v for k, v in agent.counter.items() if k.startswith("tokens/") and k != "tokens/eval") - before
@@ -109,7 +110,7 @@ def main(argv=None) -> None:
             cfg.chat_prompt = False
             tr = train.setup(cfg, lambda *a, **k: None)
             tr.run.agent.compact = True           # the tiny policy's own prompt (a --model run defaults to chat)
-            tr.run.judge = build.judge_setup(config.Config(**{**vars(cfg), "method": "prover"}), tr.model, tr.tok)
+            tr.run.judge = build.judge_setup(dataclasses.replace(cfg, method="prover"), tr.model, tr.tok)
             name = os.path.relpath(pol, ROOT)
             ref = [batch(tr, "oracle", 10_000 + b, tr.run)[0] for b in tqdm(range(args.ref_batches), desc=f"r{rooms} g*", mininterval=5)]
             g_star = torch.stack(ref).mean(0)
