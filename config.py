@@ -29,7 +29,7 @@ class Config:
     env: str = "alfworld"
     """benchmark: alfworld | webshop | searchqa | keydoor (the credit lab: known pivotal decisions)"""
     method: str = "prover"
-    """credit assignment: prover | prover-plus (ProVer with every mixed group eligible, --judge-success judge and --credit-scope matched, which override those flags; see prover.py) | grpo | grpo-matched | gigpo | spo-chain | spo-tree | criticsearch; the credit ladder's lab-only arms, which need the env's truth (--env keydoor, ladder.py): oracle-rb (GRPO on E[R | decisions]) | oracle-add (GRPO + λ·A*) | oracle (exact A* alone) | prover-exact (ProVer with the exact ΔV)"""
+    """credit assignment: prover | prover-plus (ProVer with every mixed group eligible, --judge-success judge and --credit-scope matched, which override those flags; see prover.py) | grpo | grpo-matched | gigpo | spo-chain | spo-tree | criticsearch; the credit ladder's lab-only arms, which need the env's truth (--env keydoor, ladder.py): oracle-rb (GRPO on E[R | decisions]) | oracle-add (GRPO + λ·A*) | oracle (exact A* alone) | prover-exact (ProVer with the exact ΔV) | prover-plus-exact (prover-plus with the exact ΔV)"""
     judge: str = "builtin"
     """ProVer/CriticSearch judge backend: builtin | random | hf | openai"""
     model: str = ""
@@ -213,7 +213,7 @@ class Config:
 
 
 # the credit ladder's arms (ladder.py): they read the env's truth, which only keydoor has
-LAB_METHODS = ("oracle-rb", "oracle-add", "oracle", "prover-exact")
+LAB_METHODS = ("oracle-rb", "oracle-add", "oracle", "prover-exact", "prover-plus-exact")
 
 CHOICES = {
     "env": ["alfworld", "webshop", "searchqa", "keydoor"],

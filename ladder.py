@@ -9,11 +9,12 @@ A*(s, a) = Q^π(s, a) − V^π(s) exactly for the policy that sampled the batch)
     prover        + λ·Δ̂ on the judge's segment                      (selection, coverage, estimation)
     prover-exact  + λ·ΔV on the judge's segment, ΔV = V^π(s_{r+1}) − V^π(s_ℓ) exact
                   (ProVer's judge, segment, scope and credit rule; no estimation noise)
+    prover-plus-exact  the same for prover-plus (prover.PLUS: every mixed group eligible)
     oracle-add    A_t = A^GRPO_t + λ·A*(s_t, a_t) on every turn       (coverage: every turn)
     oracle        A_t = A*(s_t, a_t)                                 (perfect credit, alone)
 
 So the table of a study splits the gap between GRPO and perfect credit into outcome noise
-(grpo → oracle-rb), estimation (prover → prover-exact), selection and coverage (prover-exact →
+(grpo → oracle-rb), estimation (prover → prover-exact, prover-plus → prover-plus-exact), selection and coverage (prover-exact →
 oracle-add) and the outcome term itself (oracle-add → oracle).
 
 Every arm follows `train.METHODS`' protocol: fn(groups, adv, run) updates adv[g][i][t] in place and
@@ -88,7 +89,7 @@ def exact_estimator(orc: oracle.Oracle):
     return estimate
 
 
-def prover_exact(groups, adv, run) -> dict:
+def prover_exact(groups, adv, run, overrides: dict | None = None) -> dict:
     """ProVer's judge, segment, scope and credit rule, with the exact ΔV instead of Δ̂."""
     if run.judge is None:                     # build.judge_setup makes a judge for prover's names only
         import dataclasses
@@ -96,10 +97,17 @@ def prover_exact(groups, adv, run) -> dict:
         run.judge = build.judge_setup(dataclasses.replace(run.cfg, method="prover"), getattr(run.agent.gen, "model", None),
                                       run.agent.tok)
     orc = make_oracle(run)
-    out = prover.credit(groups, adv, run, estimate=exact_estimator(orc))
+    out = prover.credit(groups, adv, run, overrides=overrides, estimate=exact_estimator(orc))
     out.update({k: v for k, v in _stats(orc, []).items() if k != "oracle/bound_max"})
     return out
 
 
+def prover_plus_exact(groups, adv, run) -> dict:
+    """prover-plus (prover.PLUS: every mixed group, the judged success, matched scope) with the
+    exact ΔV: prover-plus → prover-plus-exact isolates prover-plus's estimation noise."""
+    return prover_exact(groups, adv, run, overrides=prover.PLUS)
+
+
 # the names are config.LAB_METHODS (checked there before set-up: keydoor only)
-METHODS = {"oracle-rb": oracle_rb, "oracle-add": oracle_add, "oracle": oracle_alone, "prover-exact": prover_exact}
+METHODS = {"oracle-rb": oracle_rb, "oracle-add": oracle_add, "oracle": oracle_alone, "prover-exact": prover_exact,
+           "prover-plus-exact": prover_plus_exact}

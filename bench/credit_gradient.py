@@ -41,9 +41,26 @@ import train  # noqa: E402
 from rollout import rollout_groups  # noqa: E402
 
 DEFAULT_POLICY = os.path.join(ROOT, "results", "warmstarts", "tiny-keydoor-b3062f60c292")
-METHODS = ["grpo", "oracle-rb", "prover", "prover-exact", "prover-plus", "oracle-add", "oracle",
+METHODS = ["grpo", "oracle-rb", "prover", "prover-exact", "prover-plus", "prover-plus-exact", "oracle-add", "oracle",
            "grpo-matched", "gigpo", "spo-chain"]
-COLUMNS = ["config", "policy", "method", "tokens", "cosine", "cosine_sd", "bias", "snr", "batches"]
+COLUMNS = ["config", "policy", "method", "tokens", "cosine", "cosine_sd", "bias", "snr", "batches", "ref_batches", "tasks", "group"]
+
+
+def load_rows(path: str) -> list[dict]:
+    """Finished rows of earlier sittings (the csv), so a study can be built up over several: a row is
+    reused when its (config, policy, method, batches, ref_batches, tasks, group) match this call's.
+    Reuse is exact because every batch's tasks and sampling seeds are fixed by its index (g* too)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    num = {"tokens", "cosine", "cosine_sd", "bias", "snr"}
+    return [{k: (float(v) if k in num else int(v) if k in ("batches", "ref_batches", "tasks", "group") else v)
+             for k, v in r.items()} for r in rows if r.get("ref_batches")]       # rows of the old format: dropped
+
+
+def row_key(r: dict) -> tuple:
+    return (r["config"], r["policy"], r["method"], r["batches"], r["ref_batches"], r["tasks"], r["group"])
 
 
 def flat_grad(model, groups, adv, pad_id: int, temperature: float) -> torch.Tensor:
@@ -97,7 +114,8 @@ def main(argv=None) -> None:
         if not os.path.exists(os.path.join(p, "config.json")):
             raise SystemExit(f"credit_gradient: --policy {p}: no model folder (config.json)")
     torch.set_num_threads(1)
-    out_rows, t0 = [], time.time()
+    out_rows, t0 = load_rows(args.out + ".csv"), time.time()
+    done = {row_key(r) for r in out_rows}
     from tqdm import tqdm
     for rooms in args.rooms:
         for pol in args.policy:
@@ -112,9 +130,13 @@ def main(argv=None) -> None:
             tr.run.agent.compact = True           # the tiny policy's own prompt (a --model run defaults to chat)
             tr.run.judge = build.judge_setup(dataclasses.replace(cfg, method="prover"), tr.model, tr.tok)
             name = os.path.relpath(pol, ROOT)
+            todo = [m for m in args.methods if (f"rooms={rooms}", name, m, args.repeats, args.ref_batches, args.tasks, args.group) not in done]
+            if not todo:
+                print(f"rooms={rooms} {name}: every method done (reused from {args.out}.csv)")
+                continue
             ref = [batch(tr, "oracle", 10_000 + b, tr.run)[0] for b in tqdm(range(args.ref_batches), desc=f"r{rooms} g*", mininterval=5)]
             g_star = torch.stack(ref).mean(0)
-            for m in args.methods:
+            for m in todo:
                 gs, toks = [], []
                 for b in tqdm(range(args.repeats), desc=f"r{rooms} {m}", mininterval=5):
                     g, n = batch(tr, m, b, tr.run)
@@ -128,8 +150,14 @@ def main(argv=None) -> None:
                 out_rows.append({"config": f"rooms={rooms}", "policy": name, "method": m, "tokens": sum(toks) / len(toks),
                                  "cosine": mc, "cosine_sd": math.sqrt(sum((c - mc) ** 2 for c in cs) / max(1, len(cs) - 1)),
                                  "bias": 1 - cos(mean, g_star), "snr": float(mean.norm() ** 2 / noise) if noise > 0 else float("inf"),
-                                 "batches": len(gs)})
+                                 "batches": len(gs), "ref_batches": args.ref_batches, "tasks": args.tasks, "group": args.group})
                 print(out_rows[-1])
+                write(args, out_rows, time.time() - t0)       # after every row: a stopped sitting loses one method
+    write(args, out_rows, time.time() - t0)
+    print(f"wrote {args.out}.md and {args.out}.csv")
+
+
+def write(args, out_rows: list[dict], seconds: float) -> None:
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -137,18 +165,19 @@ def main(argv=None) -> None:
         for r in out_rows:
             w.writerow({k: (f"{v:.5f}" if isinstance(v, float) else v) for k, v in r.items()})
     lines = ["# The credit ladder at the gradient", "",
-             f"`python bench/credit_gradient.py {' '.join(sys.argv[1:])}`", "",
-             f"g* = mean exact-credit (A*) gradient over {args.ref_batches} batches; each method {args.repeats} batches of "
-             f"{args.tasks} tasks × G = {args.group}; {(time.time() - t0) / 60:.1f} min on {os.cpu_count()} CPU cores. "
+             f"`python bench/credit_gradient.py {' '.join(sys.argv[1:])}` (rows of earlier sittings with the same settings are "
+             "reused from the csv; each row says its batches, g*'s batches, tasks and G)", "",
+             f"g* = mean exact-credit (A*) gradient over `ref_batches` batches; each method `batches` batches of "
+             f"`tasks` tasks × G; this sitting {seconds / 60:.1f} min on {os.cpu_count()} CPU cores. "
              "cosine: mean over batches of cos(ĝ_m, g*) (± its SD over batches); bias: 1 − cos(mean ĝ_m, g*); "
              "SNR: |mean ĝ_m|² / mean |ĝ_m − mean ĝ_m|². The oracle row's cosine is against a reference built from "
              "its own kind of batches (independent ones), so it is the ceiling at this batch size.", "",
-             "| config | policy | method | tokens / batch | cosine | bias | SNR |", "|---|---|---|---|---|---|---|"]
+             "| config | policy | method | tokens / batch | cosine | bias | SNR | batches | g* batches |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in out_rows:
         lines.append(f"| {r['config']} | {r['policy']} | {r['method']} | {r['tokens']:.0f} | {r['cosine']:.3f} ± {r['cosine_sd']:.3f} | "
-                     f"{r['bias']:.3f} | {r['snr']:.3f} |")
+                     f"{r['bias']:.3f} | {r['snr']:.3f} | {r['batches']} | {r['ref_batches']} |")
     open(args.out + ".md", "w").write("\n".join(lines) + "\n")
-    print(f"wrote {args.out}.md and {args.out}.csv")
 
 
 if __name__ == "__main__":

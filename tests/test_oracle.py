@@ -200,7 +200,38 @@ def test_ladder_arms_run_on_keydoor(warm, tmp_path):
     assert outs["oracle"][0]["oracle/nodes"] > 0 and "prover/proposals" in outs["prover-exact"][0]
 
 
-@pytest.mark.parametrize("method", ["oracle-rb", "oracle-add", "oracle", "prover-exact"])
+def test_prover_plus_exact_credits_the_exact_value_gain_of_the_judged_segment(warm, tmp_path):
+    """prover-plus-exact: every verified segment's Δ is V^π after it − V^π before it (the oracle's),
+    with SE 0, and a credited segment's turns gain exactly λ·Δ over GRPO's advantage."""
+    import config
+    import ladder
+    import train
+    model, agent = warm
+    kw = {"rooms": 3}
+    cfg = config.parse_args(["--env", "keydoor", "--env-opt", "rooms=3", "--out", str(tmp_path)])
+    pool = [keydoor.make(split="train", seed=0, **kw) for _ in range(32)]
+    groups = rollout.rollout_groups(agent, pool, [4, 5, 6, 7], 8, 1.0, seed=3)
+    base = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
+    run = train.Run(cfg, agent, agent.spec, kw, [], None, str(tmp_path))
+    run.records = []
+    adv = [[list(r) for r in g] for g in base]
+    train.METHODS["prover-plus-exact"](groups, adv, run)
+    orc = ladder.make_oracle(run)
+    verified = [r for r in run.records if "delta" in r]
+    assert verified, "no group was judged and verified: pick tasks with mixed groups"
+    for r in verified:
+        g = r["g"]
+        tr = groups[g][r["traj"]]                   # traj_id: the index within its group
+        exact = orc.turn_q(tr.turns[r["end"]].state, tr.turns[r["end"]].action) - orc.values([tr.turns[r["start"]].state])[0]
+        assert r["delta"] == pytest.approx(exact, abs=1e-9) and r["se"] == 0.0
+        if r["applied"]:
+            for j, u in r["matched"]:                 # matched scope: every run of the segment's actions
+                for t in range(u, u + r["end"] - r["start"] + 1):
+                    assert adv[g][j][t] - base[g][j][t] == pytest.approx(cfg.lam * r["bonus"], abs=1e-9)
+    assert any(r["applied"] for r in verified)
+
+
+@pytest.mark.parametrize("method", ["oracle-rb", "oracle-add", "oracle", "prover-exact", "prover-plus-exact"])
 def test_ladder_arms_refuse_other_envs_with_one_line(method, capsys):
     import train
     with pytest.raises(SystemExit):
@@ -248,3 +279,21 @@ def test_credit_gradient_is_the_gradient_of_the_advantage_weighted_log_likelihoo
             p.add_(h * v)
     fd = (up - down) / (2 * h)
     assert fd == pytest.approx(float(torch.dot(g1, torch.cat([v.flatten() for v in d]))), rel=0.05, abs=1e-5)
+
+
+def test_credit_gradient_resumes_from_its_csv(tmp_path):
+    """A second sitting reuses finished rows (same settings) and computes only the missing methods,
+    against the same g* (its batches are seeded by index): a method run alone in one sitting and
+    added in a later one gives the same figures."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import credit_gradient
+    base = ["--rooms", "2", "--repeats", "2", "--ref-batches", "1", "--tasks", "1", "--group", "2"]
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    credit_gradient.main([*base, "--methods", "grpo", "--out", a])
+    first = credit_gradient.load_rows(a + ".csv")
+    credit_gradient.main([*base, "--methods", "grpo", "oracle", "--out", a])
+    rows = credit_gradient.load_rows(a + ".csv")
+    assert [r["method"] for r in rows] == ["grpo", "oracle"] and rows[0] == first[0]
+    credit_gradient.main([*base, "--methods", "oracle", "--out", b])
+    alone = credit_gradient.load_rows(b + ".csv")[0]
+    assert alone["cosine"] == pytest.approx(rows[1]["cosine"], abs=1e-4) and alone["snr"] == pytest.approx(rows[1]["snr"], rel=1e-3)
