@@ -10,7 +10,7 @@ play the same training tasks with the same sampling seeds in their first rollout
 from the same warm start — one shared by every seed (`--bc-seed 0`, built once per env by a
 `train.py --iters 0` run; the default) or one per seed (`--warm-start per-seed`, `--bc-seed s`).
 Methods then differ only in credit assignment, and the report compares each method with GRPO by
-the per-seed differences (bench/paired.py: mean, 95% bootstrap CI, exact sign-flip p). A shared
+the per-seed differences (bench/paired.py: mean, 95% Student-t CI, exact sign-flip p). A shared
 warm start is only fair because the seed never changes the world it was cloned in: ALFWorld's
 held-out games, WebShop's shop and SearchQA's KB are fixed (the latter two per `--env-opt world`);
 the seed draws the training tasks and the sampling.
@@ -397,7 +397,7 @@ def report(args, jobs) -> str:
     metric = {e: ("final_score" if e == "webshop" else "final_success") for e in envs}
     out = [f"Final held-out success in points (WebShop: score) after "
            f"{args.iters} updates, on {'the whole held-out split' if args.eval_episodes == 0 else f'{args.eval_episodes} held-out tasks'} "
-           f"played {args.eval_repeats}× each. Cells: mean [95% bootstrap CI] (n seeds). Δ vs GRPO: the mean paired "
+           f"played {args.eval_repeats}× each. Cells: mean [95% t CI] (n seeds). Δ vs GRPO: the mean paired "
            f"difference over the seeds both have, its CI and the exact sign-flip p. Costs are means per update: "
            f"policy tokens = rollout + verification continuations (the paper's generated policy tokens), change vs "
            f"GRPO in %; judge tokens; env steps and seconds per update × GRPO (seconds: runs {args.jobs} side by side "
@@ -433,7 +433,7 @@ def report(args, jobs) -> str:
     if len(envs) > 1 and "grpo" in methods:   # the paper's headline: the average over benchmarks
         out += ["## average over benchmarks\n",
                 "Mean final: the mean over benchmarks of the method's cell means. Paired Δ: the mean over benchmarks of "
-                "each benchmark's paired Δ vs GRPO (its own seeds; n = seeds per benchmark), stratified bootstrap CI and "
+                "each benchmark's paired Δ vs GRPO (its own seeds; n = seeds per benchmark), Welch t CI and "
                 "stratified sign-flip p (bench/paired.py). rel. to GRPO: that Δ over GRPO's average on the same seeds "
                 "(the paper's headline form).\n",
                 "| method | mean final (points) | paired Δ vs GRPO | rel. to GRPO | p |", "|---|---|---|---|---|"]
@@ -462,7 +462,7 @@ def report(args, jobs) -> str:
 def beside_the_paper(methods, envs, deltas) -> list[str]:
     """A table of what the paper reports of each method beside our paired Δ vs GRPO per env and
     whether its 95% CI excludes 0, with the exact p (at n seeds it cannot go below 2 / 2^n, so a
-    bootstrap CI that excludes 0 at 4 seeds is weak evidence: such a row says "not resolved" unless
+    CI that excludes 0 at 4 seeds is weak evidence: such a row says "not resolved" unless
     p < 0.05 too), so that a difference in kind (a method the paper
     finds better that is not better here, a collapse that does not happen) is read off one row."""
     rows = []
@@ -475,7 +475,7 @@ def beside_the_paper(methods, envs, deltas) -> list[str]:
             if d and d.get("n"):
                 lo, hi = d.get("lo", float("nan")), d.get("hi", float("nan"))
                 p = d.get("p", float("nan"))
-                if lo > 0 or hi < 0:   # resolved only when the exact test agrees with the bootstrap
+                if lo > 0 or hi < 0:   # resolved only when the exact test agrees with the CI
                     way = "better" if lo > 0 else "worse"
                     verdict = (f"CI excludes 0, {way}" if p < 0.05 else
                                f"CI excludes 0 ({way}) but p ≥ 0.05 at n={d['n']}: not resolved")
@@ -490,7 +490,7 @@ def beside_the_paper(methods, envs, deltas) -> list[str]:
 
 
 def mean_band(ys: list[float]) -> tuple[float, float, float]:
-    """Mean and its 95% CI (bootstrap; a single seed gives no band)."""
+    """Mean and its 95% CI (Student t; a single seed gives no band)."""
     s = paired.summary(ys)
     return s["mean"], s.get("lo", s["mean"]), s.get("hi", s["mean"])
 

@@ -30,7 +30,7 @@ from its metrics.jsonl:
                          credited segments per update and verification tokens per credited one
 
 Per horizon and method against GRPO (and each --versus method): the paired differences
-(bench/paired.py: mean, 95% bootstrap CI, exact sign-flip p). Writes results/NAME.{md,csv,png}
+(bench/paired.py: mean, 95% Student-t CI, exact sign-flip p). Writes results/NAME.{md,csv,png}
 (--name, default credit_lab; the plot: updates to GRPO's final q_key × GRPO's own vs horizon —
 the speed measure that is not censored when no run reaches the threshold within --iters — mean
 q_key curves, and the paired Δ q_key vs GRPO at every update with its CI); runs live in
@@ -259,7 +259,7 @@ def report(args, jobs) -> str:
         return f"{paired.fmt(d, scale, digits=digits, sign=True)} ({paired.fmt_p(d.get('p'))})" if d["n"] else "–"
 
     lines = [f"Key-to-door, {args.iters} updates per run, paired seeds (the methods of a seed share its warm start and "
-             f"first rollouts). Cells: mean [95% bootstrap CI] (n seeds); Δ: paired difference with the exact sign-flip p. "
+             f"first rollouts). Cells: mean [95% t CI] (n seeds); Δ: paired difference with the exact sign-flip p. "
              f"Updates to q ≥ {Q_TARGET}, and to GRPO's final q_key of the same seed: a run that never reaches it counts as "
              f"{args.iters + 1}; × GRPO is the per-seed ratio to GRPO's own updates to that value (< 1 = faster).\n"]
     for rooms in args.rooms:
