@@ -406,7 +406,9 @@ def train(cfg: Config) -> str:
         f" | sampler {getattr(agent.gen, 'runner_name', cfg.rollout)}"
         f" | checkpoint every {checkpoint_interval(cfg)}"
         " | console 'tok R+Vv+Jj': generated tokens of rollouts + verification + judge")
-    bar = tqdm(total=cfg.iters, initial=tr.start, desc="updates", disable=not rank0)
+    # no terminal (a log file, CI, nohup): the bar's redraws would be hundreds of lines; the plain
+    # "step N | ..." line log_row prints once per update is the progress there
+    bar = tqdm(total=cfg.iters, initial=tr.start, desc="updates", disable=not rank0 or not sys.stderr.isatty())
     if tr.start == 0 and cfg.eval_every:                        # 5. the warm start's held-out success
         m = evaluate(tr)
         if rank0:

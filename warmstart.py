@@ -27,6 +27,7 @@ import os
 import random
 import re
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -155,7 +156,8 @@ def collect_demos(spec, env_kwargs: dict, agent_fmt, bc: BCConfig, seed: int):
     env = spec.make(split=spec.splits[0], seed=seed, **env_kwargs)
     eos = agent_fmt.tok.eos_token
     data = []
-    for ep in tqdm(range(bc.episodes), desc="warm start: expert demos", leave=False, mininterval=1):
+    for ep in tqdm(range(bc.episodes), desc="warm start: expert demos", leave=False, mininterval=1,
+                   disable=not sys.stderr.isatty()):            # no terminal: no redraw lines in a log
         obs, info = env.reset(10_000_000 + ep)  # far from RL's training task indices
         s = AgentState(None, obs, info, (), 0)
         seen: set[str] = set()            # actions admissible at some earlier step of this episode
@@ -198,7 +200,8 @@ def bc_train(model, data, bc: BCConfig, pad_id: int, seed: int, check=None) -> l
     opt = torch.optim.AdamW(model.parameters(), lr=bc.lr, weight_decay=0.0)
     model.train()
     losses = []
-    bar = tqdm(range(bc.steps), desc="warm start: behaviour cloning", mininterval=1, disable=rank != 0)
+    bar = tqdm(range(bc.steps), desc="warm start: behaviour cloning", mininterval=1,
+               disable=rank != 0 or not sys.stderr.isatty())
     for step in bar:
         batch = [data[g.randrange(len(data))] for _ in range(bc.batch)]
         rows = [Row(p, t, [0.0] * len(t), 0.0) for p, t in batch]

@@ -158,6 +158,9 @@ def main(argv=None) -> None:
 
 
 def write(args, out_rows: list[dict], seconds: float) -> None:
+    """The csv and the md table, rows ordered by config, policy and the ladder's method order."""
+    order = {m: i for i, m in enumerate(METHODS)}
+    out_rows.sort(key=lambda r: (int(r["config"].split("=")[1]), r["policy"], order.get(r["method"], len(order))))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -165,8 +168,9 @@ def write(args, out_rows: list[dict], seconds: float) -> None:
         for r in out_rows:
             w.writerow({k: (f"{v:.5f}" if isinstance(v, float) else v) for k, v in r.items()})
     lines = ["# The credit ladder at the gradient", "",
-             f"`python bench/credit_gradient.py {' '.join(sys.argv[1:])}` (rows of earlier sittings with the same settings are "
-             "reused from the csv; each row says its batches, g*'s batches, tasks and G)", "",
+             f"Last sitting: `python bench/credit_gradient.py {' '.join(sys.argv[1:])}`; the rows of earlier sittings are kept "
+             "(and reused when a call repeats their settings); each row says its batches and g*'s batches (4 tasks × G = 8 "
+             "unless `tasks`/`group` in the csv say otherwise).", "",
              f"g* = mean exact-credit (A*) gradient over `ref_batches` batches; each method `batches` batches of "
              f"`tasks` tasks × G; this sitting {seconds / 60:.1f} min on {os.cpu_count()} CPU cores. "
              "cosine: mean over batches of cos(ĝ_m, g*) (± its SD over batches); bias: 1 − cos(mean ĝ_m, g*); "

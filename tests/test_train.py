@@ -439,6 +439,9 @@ def test_keydoor_from_the_command_line(tmp_path, cache):
              "--iters", "1", "--eval-every", "1", "--workers", "1", "--bc-episodes", "20", "--bc-steps", "30",
              "--group-size", "4", "--tasks-per-iter", "2", "--eval-episodes", "0", "--strict", "--out", str(out)], cache)
     assert r.returncode == 0, r.stderr[-3000:]
+    # not a terminal: no progress-bar redraws, one plain line per evaluation / update
+    assert "updates:" not in r.stderr + r.stdout and "behaviour cloning:" not in r.stderr + r.stdout
+    assert [ln.split("|")[0].strip() for ln in r.stdout.splitlines() if ln.startswith("step ")] == ["step 0", "step 1"], r.stdout
     cfg = json.load(open(out / "config.json"))
     assert cfg["env_kwargs"] == {"rooms": 3, "p_key": 0.9, "max_steps": 12}
     row = metrics(out)[-1]
