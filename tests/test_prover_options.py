@@ -191,6 +191,16 @@ def test_credit_decision_formulas():
         assert ok == want[0] and b == pytest.approx(want[1]), (test, d, se)
 
 
+def test_a_rounding_level_lower_bound_credits_nothing():
+    """se / shrink: a lower bound Δ̂ − z·SE of ~1e-17 (two rounded floats) is not a positive credit:
+    it would credit a zero bonus and still apply --focus to the rest of the trajectory."""
+    cfg = config.Config(lam=1.0, margin=0.0, credit_z=1.0)
+    for test in ("se", "shrink"):
+        c = config.Config(**{**cfg.__dict__, "credit_test": test})
+        assert prover.credit_decision(3e-17, 1e-17, c)[0] is False
+        assert prover.credit_decision(0.3, 0.2, c)[0] is True
+
+
 # ---------------------------------------------------------------------------------------------
 # --credit-scope matched
 # ---------------------------------------------------------------------------------------------
