@@ -167,17 +167,14 @@ def options_on(cfg) -> bool:
             or cfg.focus != 1.0 or cfg.verify_crn or cfg.verify_k_max > 0 or cfg.judge_success != "shortest")
 
 
-# se | shrink credit only a lower bound above this: Δ̂ − z·SE is a difference of two rounded floats,
-# and a "positive" bound of ~1e-17 would credit a zero bonus and still apply --focus to the rest
-CREDIT_TOL = 1e-9
-
-
 def credit_decision(delta: float, se: float, cfg) -> tuple[bool, float]:
     """(credit?, bonus) under --credit-test (docstring): positive is the paper's Δ̂ > margin, λ·Δ̂."""
     if cfg.credit_test == "positive":
         return delta > cfg.margin, cfg.lam * delta
+    # verify.clears: the rule adaptive K stops on, strict and above rounding (a "positive" bound of
+    # ~1e-17 would credit a zero bonus and still apply --focus to the rest of the trajectory)
     lcb = delta - cfg.credit_z * se
-    ok = delta > cfg.margin and lcb > CREDIT_TOL
+    ok = delta > cfg.margin and verify.clears(delta, se, cfg.credit_z)
     return ok, cfg.lam * (delta if cfg.credit_test == "se" else max(lcb, 0.0))
 
 

@@ -38,7 +38,7 @@ or react to that noise:
 --verify-k-max K_max  adaptive K. Continuations come in rounds of K per side (the last one cut to
     K_max); after each round
 
-        stop when (Δ̂ ≠ 0 and |Δ̂| ≥ z·SE(Δ̂))   or   k ≥ K_max continuations per side
+        stop when |Δ̂| − z·SE(Δ̂) > 1e-9 (`clears`)   or   k ≥ K_max continuations per side
 
     (z = --credit-z; the SE is the paired one under --verify-crn). Δ̂ = 0 never stops early: with
     small rounds under CRN most rounds have every d_k = 0 (SE = 0), and stopping there would turn
@@ -117,6 +117,18 @@ def _crn_outcomes(agent: Agent, envs: list, starts: list[AgentState], ids: list[
     return [outcome(f.info, agent.reward) for f in finals]
 
 
+# Rounding tolerance of `clears`: Δ̂ − z·SE is a difference of two rounded floats
+TOL = 1e-9
+
+
+def clears(delta: float, se: float, z: float) -> bool:
+    """Δ̂ beyond z·SE by more than rounding: the one rule adaptive K stops on (with |Δ̂|) and
+    --credit-test se|shrink credit on (prover.credit_decision). Strict, so the boundary Δ̂ = z·SE —
+    common under CRN with small rounds (one discordant pair of two: Δ̂ = SE = 0.5) — neither stops
+    the rounds nor earns credit; with a non-strict stop it stopped them and was then refused credit."""
+    return delta - z * se > TOL
+
+
 def estimate(agent: Agent, envs: list, traj: Trajectory, start_turn: int, end_turn: int, K: int,
              temperature: float, seed: int, crn: bool = False, k_max: int = 0, z: float = 1.0) -> Verification:
     """Δ̂ for turns [start_turn, end_turn] (inclusive) of `traj`. `envs` needs ≥ 2K envs of the
@@ -144,7 +156,7 @@ def estimate(agent: Agent, envs: list, traj: Trajectory, start_turn: int, end_tu
         post += out[n:]
         rounds += 1
         v = compare(pre, post, paired=crn, rounds=rounds)
-        if k_max == 0 or len(pre) >= k_max or (v.delta != 0 and abs(v.delta) >= z * v.se):
+        if k_max == 0 or len(pre) >= k_max or clears(abs(v.delta), v.se, z):
             return v
 
 

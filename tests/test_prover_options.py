@@ -535,17 +535,24 @@ def test_adaptive_k_rounds_and_their_cost(kd):
     tr1 = key_trajs(agent1, p, 4, seed=3)[0]
     v1 = verify.estimate(agent1, p, tr1, pivot(tr1), pivot(tr1), 4, 1.0, seed=5, crn=True, k_max=12)
     assert (v1.k, v1.rounds, v1.delta, v1.se) == (12, 3, 0.0, 0.0)
-    # CRN, q = 0.5: the first round whose paired differences give Δ̂ ≠ 0 with |Δ̂| ≥ SE stops it
-    # (d_k ∈ {0, 1} here, so one d_k = 1 among them is enough at z = 1)
-    ks = []
+    # CRN, q = 0.5: the first round after which |Δ̂| clears z·SE strictly stops it (verify.clears),
+    # and an early stop is always one the SE credit test then credits: the boundary Δ̂ = SE (one
+    # d_k = 1 of a round of two: Δ̂ = SE = 0.5) goes on to the next round instead of stopping
+    se_test = config.Config(credit_test="se", margin=0.0, credit_z=1.0)
+    ks, boundary = [], 0
     for seed in range(20):
         v = verify.estimate(agent, p, tr, k, k, 2, 1.0, seed=seed, crn=True, k_max=16)
         d = [b - a for a, b in zip(v.pre, v.post)]
-        assert v.k == 2 * v.rounds and (v.k == 16 or (v.delta > 0 and abs(v.delta) >= v.se))
-        assert v.k == 16 or not any(d[:-2])        # every earlier round was all zeros
+        assert v.k == 2 * v.rounds and (v.k == 16 or verify.clears(abs(v.delta), v.se, 1.0))
+        if v.k < 16 and v.delta > 0:
+            assert prover.credit_decision(v.delta, v.se, se_test)[0]
+        for r in range(2, v.k, 2):                 # no earlier round had cleared
+            e = verify.compare(v.pre[:r], v.post[:r], paired=True)
+            assert not verify.clears(abs(e.delta), e.se, 1.0)
+            boundary += e.delta != 0 and abs(e.delta) == pytest.approx(e.se)
         assert v.delta == pytest.approx(sum(d) / v.k)
         ks.append(v.k)
-    assert min(ks) == 2 and any(2 < x < 16 for x in ks)    # stops after one round and after several
+    assert any(2 < x < 16 for x in ks) and boundary > 0   # several rounds; a boundary round went on
 
 
 def _eligible_group(agent, p, first_seed, min_success=1):
