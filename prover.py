@@ -103,6 +103,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
+import grpo
 import rundir
 import verify
 from rollout import shortest_success
@@ -147,7 +148,7 @@ def matched_segments(group, sid: int, start: int, end: int, history_len: int) ->
 
 
 def alternatives_at(group, sid: int, start: int, history_len: int) -> dict[str, list[tuple[int, int]]]:
-    """action a′ → the (j, u) of failed runs that, at τ*'s view κ(τ*, ℓ), took a′ ≠ a_{τ*,ℓ}."""
+    """action a′ → the (j, u) of failed runs that, at τ*'s view κ(τ*, ℓ), took a format-valid a′ ≠ a_{τ*,ℓ}."""
     succ = group[sid]
     key, a0 = view_key(succ, start, history_len), succ.turns[start].action
     alts: dict[str, list[tuple[int, int]]] = {}
@@ -155,7 +156,9 @@ def alternatives_at(group, sid: int, start: int, history_len: int) -> dict[str, 
         if tr.won:
             continue
         for u, tn in enumerate(tr.turns):
-            if tn.action != a0 and tn.obs == key[0] and view_key(tr, u, history_len) == key:
+            # format-valid turns only (as matched_segments): a malformed reply is not an alternative
+            # action, and its format penalty already says what was wrong with it
+            if tn.valid and tn.action != a0 and tn.obs == key[0] and view_key(tr, u, history_len) == key:
                 alts.setdefault(tn.action, []).append((j, u))
     return alts
 
@@ -249,9 +252,12 @@ def credit(groups, adv, run, overrides: dict | None = None, estimate=None) -> di
         if applied:
             st["credited"] += 1
             if cfg.focus != 1.0:
+                # β scales the outcome term only: a turn's format penalty (grpo.turn_penalty) is
+                # about that turn's text, not its credit, and stays whole
                 for t in range(len(group[sid].turns)):
                     if t not in seg:
-                        adv[g][sid][t] *= cfg.focus
+                        pen = grpo.turn_penalty(group[sid].turns[t], cfg.invalid_penalty, cfg.inadmissible_penalty)
+                        adv[g][sid][t] = cfg.focus * (adv[g][sid][t] + pen) - pen
             for j, t in targets:
                 adv[g][j][t] += bonus
             if cfg.credit_scope == "matched":

@@ -254,6 +254,18 @@ def test_focus_scales_the_rest_of_the_credited_success(tmp_path, monkeypatch):
     assert diff(base, adv) == {}
 
 
+def test_focus_leaves_a_turns_format_penalty_whole(tmp_path, monkeypatch):
+    """β scales the outcome term of τ*'s other turns, not their format penalty: a malformed turn
+    of the credited success keeps −invalid_penalty on top of β·A."""
+    g = hand_group()
+    g[0].turns[3].valid = False                       # S0's last turn: no <action> tags
+    _, base, adv, _, _ = run_credit(tmp_path, monkeypatch, Outcomes(PRE, POST), group=g, focus=0.25)
+    pen = config.Config().invalid_penalty
+    assert base[0][0][3] == pytest.approx(base[0][0][0] - pen)          # GRPO's: A − penalty
+    assert adv[0][0][3] == pytest.approx(0.25 * base[0][0][0] - pen)    # β·A − penalty, not β·(A − penalty)
+    assert adv[0][0][2] == pytest.approx(0.25 * base[0][0][2])
+
+
 # ---------------------------------------------------------------------------------------------
 # --negative-credit
 # ---------------------------------------------------------------------------------------------
@@ -292,6 +304,8 @@ def test_alternatives_at_matches_the_prompt_view():
     assert prover.alternatives_at(g, 0, 1, 1) == {"go east": [(1, 1)], "wait": [(4, 1)]}
     assert prover.alternatives_at(g, 0, 0, 1) == {}         # every failure went east from A too
     assert prover.alternatives_at(g, 3, 0, 1) == {"go east": [(1, 0), (2, 0), (4, 0)]}
+    g[4].turns[1].valid = False                        # F4's `wait` at the key was a malformed reply
+    assert prover.alternatives_at(g, 0, 1, 1) == {"go east": [(1, 1)]}
 
 
 # ---------------------------------------------------------------------------------------------
