@@ -204,6 +204,8 @@ def credit(tr: Trainer, groups: list, adv: list, step: int, log, saved: list | N
     fn, run = METHODS[tr.cfg.method], tr.run
     run.step, run.proposals, run.records = step, [], []
     saved = copy.deepcopy(adv) if saved is None else saved   # the GRPO advantages, untouched copy
+    counter = run.agent.counter
+    before = {k: v for k, v in counter.items() if k.startswith("tokens/")}
     try:
         return fn(groups, adv, run) or {}
     except Exception as e:
@@ -211,6 +213,14 @@ def credit(tr: Trainer, groups: list, adv: list, step: int, log, saved: list | N
             raise
         rundir.log_error(run.out, step, f"credit ({tr.cfg.method}), whole batch", e)
         log(f"step {step}: credit failed ({type(e).__name__}: {str(e)[:120]}); retrying group by group (errors.log)")
+    # the failed attempt's tokens are void work: out of tokens/* (which the retry counts again, group
+    # by group) into credit/retry_tokens, so the update's budget is what its credit actually used
+    wasted = 0
+    for k in [k for k in counter if k.startswith("tokens/")]:
+        extra = counter[k] - before.get(k, 0)
+        counter[k] -= extra
+        wasted += extra
+    counter["credit/retry_tokens"] += wasted
     adv[:] = copy.deepcopy(saved)             # a fresh copy: `saved` must stay the GRPO advantages
     run.proposals, run.records = [], []        # the failed attempt's entries are void
     n_groups, parts, errors = len(groups), [], 0
@@ -234,7 +244,7 @@ def credit(tr: Trainer, groups: list, adv: list, step: int, log, saved: list | N
         adv.extend(sub_adv[1:])
     run.agent.counter["credit/errors"] += errors
     log(f"step {step}: credit: {errors} of {n_groups} groups failed and kept their GRPO advantages")
-    return {**merge_method_stats(parts), "credit/failed_groups": errors}
+    return {**merge_method_stats(parts), "credit/failed_groups": errors, "credit/retry_tokens": wasted}
 
 
 def update(tr: Trainer, groups: list, adv: list, step: int) -> dict:

@@ -348,6 +348,7 @@ def test_a_failing_credit_step_is_confined_to_its_group(tmp_path, monkeypatch):
 
     def boom(groups, adv, run):
         for g, grp in enumerate(groups):
+            run.agent.counter["tokens/verify"] += 10        # each group's verification, say
             if grp[0].group_id == 1:
                 raise RuntimeError("bad reply")
             adv[g][0][0] += 1.0
@@ -365,6 +366,9 @@ def test_a_failing_credit_step_is_confined_to_its_group(tmp_path, monkeypatch):
     st = train.credit(tr, groups, adv, 5, lines.append)
     assert adv == [[[1.1, 0.1]], [[0.1, 0.1]], [[1.1, 0.1]]]
     assert st["credit/failed_groups"] == 1 and st["boom/groups"] == 2 and run.agent.counter["credit/errors"] == 1
+    # the whole-batch attempt's 20 tokens (groups 0, 1) are void: not in tokens/verify, which holds
+    # the retry's 30 (each group once), but in credit/retry_tokens
+    assert run.agent.counter["tokens/verify"] == 30 and st["credit/retry_tokens"] == 20
     assert "RuntimeError: bad reply" in (tmp_path / "errors.log").read_text() and any("1 of 3 groups" in m for m in lines)
     tr.cfg = train.Config(method="boom", strict=True)
     with pytest.raises(RuntimeError):
