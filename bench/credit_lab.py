@@ -261,14 +261,17 @@ def report(args, jobs) -> str:
     lines = [f"Key-to-door, {args.iters} updates per run, paired seeds (the methods of a seed share its warm start and "
              f"first rollouts). Cells: mean [95% t CI] (n seeds); Δ: paired difference with the exact sign-flip p. "
              f"Updates to q ≥ {Q_TARGET}, and to GRPO's final q_key of the same seed: a run that never reaches it counts as "
-             f"{args.iters + 1}; × GRPO is the per-seed ratio to GRPO's own updates to that value (< 1 = faster).\n"]
+             f"{args.iters + 1}; × GRPO is the per-seed ratio to GRPO's own updates to that value (< 1 = faster). "
+             f"Off by one, on purpose: the lab's metrics of the row `step N` are measured during update N, before its "
+             f"gradient step, i.e. on the policy after N − 1 updates; so \"at update {args.mid_update}\" is after "
+             f"{args.mid_update - 1} updates and \"final\" after {args.iters - 1}.\n"]
     for rooms in args.rooms:
         if not any(k[0] == rooms for k in res):
             continue
         vs = [v for v in args.versus if col(rooms, v, "q_key_final")]
         lines += [f"## rooms = {rooms}\n",
                   "| method | updates to q ≥ 0.9 (reached) | updates to GRPO's final q (× GRPO) | "
-                  f"Δ q_key vs GRPO at update {args.mid_update} (p) | final q_key | "
+                  f"Δ q_key vs GRPO at update {args.mid_update} (after {args.mid_update - 1}) (p) | final q_key | "
                   + "".join(f"Δ final q_key vs {v} (p) | " for v in vs)
                   + "final success | Δ success vs GRPO (p) | judge hit | accept | credit precision | credited / update | "
                   "verify tokens / credited | tokens / update (× GRPO) |",

@@ -399,7 +399,7 @@ def test_credit_lab_report_table_csv_and_plot_on_hand_made_runs(tmp_path, monkey
     table = credit_lab.report(args, jobs)
     row = next(line for line in table.splitlines() if line.startswith("| prover |")).split(" | ")
     header = next(line for line in table.splitlines() if line.startswith("| method |")).split(" | ")
-    mid = row[header.index("Δ q_key vs GRPO at update 2 (p)")]
+    mid = row[header.index("Δ q_key vs GRPO at update 2 (after 1) (p)")]
     hand = ((0.50 - 0.40) + (0.34 - 0.30) + (0.45 - 0.35)) / 3
     assert mid.startswith(f"{hand:+.4f} [") and "(n=3)" in mid and mid.endswith("(0.250)"), mid
     assert row[header.index("credited / update")] == "1.0" and row[header.index("verify tokens / credited")] == "20"
