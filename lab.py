@@ -50,7 +50,8 @@ from rollout import AgentState
 
 # how each method's credit relates to GRPO's advantages (see the docstring)
 CREDIT_KIND = {"prover": "added", "prover-plus": "added", "criticsearch": "added", "gigpo": "added", "spo-chain": "final", "spo-tree": "final",
-               "oracle-add": "added", "oracle": "final", "prover-exact": "added"}
+               "oracle-add": "added", "oracle": "final", "prover-exact": "added",
+               "prover-plus-exact": "added"}
 PROBE_TASKS = 32
 
 
@@ -116,11 +117,16 @@ LABELS = ("key", "trap", "nokey")
 
 
 def credit_sums(groups, adv_grpo, adv_final, kind: str | None) -> dict:
-    """Token-weighted |credit| on pivotal turns and in all, and the signed credit on key / trap / nokey turns."""
+    """Token-weighted |credit| on pivotal turns and in all, and the signed credit on key / trap / nokey
+    turns, over the groups whose advantages the method changed."""
     s = {"on": 0.0, "total": 0.0, **{f"{x}_{y}": 0 for x in LABELS for y in ("sum", "n")}}
     if kind is None:
         return s
     for g in range(min(len(groups), len(adv_grpo))):          # groups a method appended are not credit
+        # only the groups the method touched, for every method alike: a "final" method (SPO) leaves
+        # most groups at GRPO's advantages, and counting those as its credit measured GRPO's
+        if adv_final[g] == adv_grpo[g]:
+            continue
         for i, tr in enumerate(groups[g]):
             for t, tn in enumerate(tr.turns):
                 c = adv_final[g][i][t] - (adv_grpo[g][i][t] if kind == "added" else 0.0)

@@ -66,6 +66,11 @@ def test_credit_precision_on_a_hand_built_group():
     # a replacing method (SPO) is scored on its whole advantages
     s2 = lab.credit_sums(g, grpo_adv, final, "final")
     assert s2["on"] / s2["total"] == pytest.approx((0.75 + 0.7) * 3 / (3 * sum(map(abs, final[0][0] + final[0][1]))))
+    # ... but only on the groups it changed: a second group SPO left at GRPO's advantages (all on a
+    # key turn) is not its credit, for "final" methods as for "added" ones
+    g3 = g + [[_traj(2, ["key", "key"])]]
+    s3 = lab.credit_sums(g3, grpo_adv + [[[0.9, 0.9]]], final + [[[0.9, 0.9]]], "final")
+    assert (s3["on"], s3["total"], s3["key_n"]) == pytest.approx((s2["on"], s2["total"], s2["key_n"]))
     # judge hits: a proposal covering turn 1 of trajectory 0 hits; one on turns 2-3 does not
     j = lab.judge_sums(g, [(0, 0, 0, 1, 0.2, True), (0, 0, 2, 3, 0.0, False), (0, 1, 0, 0, 0.1, True)])
     assert j == {"proposals": 3, "hits": 1, "present": 2, "fail_props": 0, "fail_hits": 0}
