@@ -151,7 +151,7 @@ def start_state(env: Env, task: int) -> AgentState:
 def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temperature: float,
                  seed: int, purpose: str, keep_states: bool = True,
                  progress: Callable[[int], None] | None = None, fresh_env_randomness: bool = False,
-                 episode_ids: list[int] | None = None) -> tuple[list[list[Turn]], list[AgentState]]:
+                 episode_ids: list[int] | None = None, absolute_steps: bool = False) -> tuple[list[list[Turn]], list[AgentState]]:
     """Play one episode per (env, start) to the end; returns the turns of each and the final
     states (whose `info` holds won/score). `envs[i]` is restored to `starts[i]` first, so the same
     env objects can be reused for any start.
@@ -160,7 +160,11 @@ def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temper
     continuations from one snapshot would all see the *same* future env randomness and estimate
     V(s) for one draw of it only. Value estimates (verification, SPO) set this flag: each
     continuation's env then redraws its future randomness (`env.reseed`, for envs that have any
-    randomness left after reset; ALFWorld has none)."""
+    randomness left after reset; ALFWorld has none).
+
+    `absolute_steps`: seed a turn's sampling by the episode's absolute step (start.step + turns
+    played) instead of the turns played in this call, so continuations from two states of one
+    episode (verification's CRN) that reach the same step draw the same numbers there."""
     assert len(envs) == len(starts)
     states = list(starts)
     rs = random.Random(seed ^ 0x5EED)
@@ -177,7 +181,8 @@ def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temper
     active = [i for i, (e, s) in enumerate(zip(envs, states)) if not s.done and s.step < e.max_steps]
     while active:
         prompts = agent.prompts_ids([states[i] for i in active])
-        seeds = [hash((seed, eids[i], len(turns[i]))) & 0x7FFFFFFF for i in active]
+        seeds = [hash((seed, eids[i], len(turns[i]) + (starts[i].step if absolute_steps else 0))) & 0x7FFFFFFF
+                 for i in active]
         samples = agent.gen.generate(prompts, agent.max_new_tokens, temperature, row_seeds=seeds)
         agent.counter[f"tokens/{purpose}"] += sum(len(s.ids) for s in samples)
         agent.counter[f"env_steps/{purpose}"] += len(active)

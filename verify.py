@@ -24,8 +24,9 @@ estimate (segments.md) so a reader can judge. Three options (issue #22; off by d
 or react to that noise:
 
 --verify-crn  common random numbers. Continuation k of the pre side and continuation k of the post
-    side share their sampling seeds (episode id k on both sides: the seed of the (episode, turn)
-    pair is hash((seed, k, turn))) and their env randomness (the same `reseed` value, a function
+    side share their sampling seeds (episode id k on both sides: the seed of the (episode, step)
+    pair is hash((seed, k, step)), step counted from the episode's start, so the two sides agree
+    at every absolute step, not at every turn since their start) and their env randomness (the same `reseed` value, a function
     of (seed, k)). The estimate is the mean of the paired differences, with the paired SE:
 
         d_k = R_post,k − R_pre,k,     Δ̂ = mean_k d_k,     SE_paired(Δ̂) = sqrt(s²_d / K)
@@ -105,15 +106,19 @@ def compare(pre: list[float], post: list[float], paired: bool = False, rounds: i
 
 
 def _crn_outcomes(agent: Agent, envs: list, starts: list[AgentState], ids: list[int], temperature: float,
-                  seed: int) -> list[float]:
+                  seed: int, align: str = "step") -> list[float]:
     """Continuation ids[j] from every start, in start-major order, with common random numbers:
     `run_episodes` with fresh_env_randomness off seeds an episode's sampling by (seed, episode id,
     turn) and its env by (seed, episode id), so the same id on two starts gives both the same
-    random numbers."""
+    random numbers. `align` "step" (default) indexes the sampling seeds by the episode's absolute
+    step, so a pre-side continuation that replays the segment meets the post side's numbers from
+    the step where their states can coincide; "turn" (the first version) by the turns played since
+    the start, which misaligns the two sides by the segment's length."""
     n = len(ids) * len(starts)
     assert len(envs) >= n
     _, finals = run_episodes(agent, envs[:n], [s for s in starts for _ in ids], temperature, seed, "verify",
-                             keep_states=False, fresh_env_randomness=False, episode_ids=[k for _ in starts for k in ids])
+                             keep_states=False, fresh_env_randomness=False, episode_ids=[k for _ in starts for k in ids],
+                             absolute_steps=align == "step")
     return [outcome(f.info, agent.reward) for f in finals]
 
 
@@ -130,7 +135,8 @@ def clears(delta: float, se: float, z: float) -> bool:
 
 
 def estimate(agent: Agent, envs: list, traj: Trajectory, start_turn: int, end_turn: int, K: int,
-             temperature: float, seed: int, crn: bool = False, k_max: int = 0, z: float = 1.0) -> Verification:
+             temperature: float, seed: int, crn: bool = False, k_max: int = 0, z: float = 1.0,
+             crn_align: str = "step") -> Verification:
     """Δ̂ for turns [start_turn, end_turn] (inclusive) of `traj`. `envs` needs ≥ 2K envs of the
     trajectory's split; both sides run in one batch (2K episodes) for speed. `crn`, `k_max`, `z`:
     --verify-crn, --verify-k-max, --credit-z (see the module docstring); the defaults are the
@@ -146,7 +152,8 @@ def estimate(agent: Agent, envs: list, traj: Trajectory, start_turn: int, end_tu
     while True:
         n = K if k_max == 0 else min(K, k_max - len(pre))
         if crn:
-            out = _crn_outcomes(agent, envs, [s_pre, s_post], list(range(len(pre), len(pre) + n)), temperature, seed)
+            out = _crn_outcomes(agent, envs, [s_pre, s_post], list(range(len(pre), len(pre) + n)), temperature, seed,
+                                crn_align)
         else:
             # round 0 is the paper's call; later rounds get their own seed (fresh samples and draws)
             finals = continue_from(agent, envs, [s_pre, s_post], n, temperature,

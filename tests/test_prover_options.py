@@ -484,6 +484,45 @@ def key_trajs(agent, pool, n, seed):
             if any(tn.action == "take key" for tn in g[0].turns)]
 
 
+class WastefulPolicy(KnownPolicy):
+    """KnownPolicy that, on a turn where `take key` is not offered, wastes the step with probability
+    w (`go back`: not admissible), drawn from the turn's seed: the future after the key is random."""
+
+    def __init__(self, tok, q, w):
+        super().__init__(tok, q)
+        self.w = w
+
+    def generate(self, prompts, max_new_tokens, temperature, seed=None, row_seeds=None):
+        out = super().generate(prompts, max_new_tokens, temperature, seed, row_seeds)
+        waste = self.tok("<action>go back</action><|im_end|>", add_special_tokens=False)["input_ids"]
+        offered = ["take key" in self.tok.decode(pr).rsplit("actions:", 1)[-1] for pr in prompts]
+        return [Sample(waste, [0.0] * len(waste)) if not k and random.Random(r ^ 0xA5A5).random() < self.w else o
+                for o, r, k in zip(out, row_seeds, offered)]
+
+
+def test_crn_aligned_by_absolute_step_pairs_more_than_by_turn(kd):
+    """CRN's sampling seeds follow the episode's absolute step. With q = 1 the pre side takes the key
+    again and is in the post side's state one step later: aligned by step it draws the same numbers
+    from there, so every future is identical (d_k = 0, paired variance 0); aligned by turns since
+    its start (the first version) it is one draw off and the wasted steps differ (variance > 0,
+    with the step limit binding)."""
+    spec, tok, _ = kd
+    agent = Agent(WastefulPolicy(tok, 1.0, 0.3), tok, spec)
+    p = [spec.make(split="train", seed=0, rooms=3, pivot=1, distractors=0, p_key=1.0, p_nokey=0.0, max_steps=6)
+         for _ in range(64)]
+    trs = key_trajs(agent, p, 8, seed=1)
+    var = {}
+    for align in ("turn", "step"):
+        ds = []
+        for i, tr in enumerate(trs[:4]):
+            k = pivot(tr)
+            v = verify.estimate(agent, p, tr, k, k, 32, 1.0, seed=50 + i, crn=True, crn_align=align)
+            ds += [b - a for a, b in zip(v.pre, v.post)]
+        var[align] = verify._var(ds)
+    assert var["step"] == 0.0 and var["turn"] > 0.02, var
+    print("CRN paired variance of d_k by alignment:", var)
+
+
 def test_crn_pairs_identical_futures_exactly(kd):
     # q = 1: from s_pre the policy takes the key too, so pre and post continuation k meet the same
     # door draw: every d_k = 0 under CRN (Δ̂ = 0, paired SE = 0); independent draws differ
