@@ -3,6 +3,11 @@ against the exact-credit gradient, at a fixed policy (COCOA's measure, free of t
 
     python bench/credit_gradient.py                                  # rooms 4, the rooms-16 seed-0 warm start
     python bench/credit_gradient.py --rooms 4 8 --repeats 16 --ref-batches 32
+    python bench/credit_gradient.py --rooms 16 --policy results/checkpoints/keydoor-r16-grpo-s0-u15
+
+Resumable: rows are written to the csv after every method, and a later call reuses every row whose
+(config, policy, method, batches, g* batches, tasks, G) it repeats (the batches are seeded by their
+index, so a reused row is the row this call would compute).
 
 Procedure, per configuration (keydoor `rooms`) and policy (a model folder, `--policy`):
     1. the reference g* = mean over `--ref-batches` independent batches of the exact-credit
