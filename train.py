@@ -305,6 +305,21 @@ def metrics_row(tr: Trainer, step: int, groups: list, counts: Counter, cstats: d
     return row
 
 
+def credit_share(groups, adv_grpo, adv) -> float:
+    """Σ_tokens |A − A^GRPO| / Σ_tokens |A^GRPO| over every group of the batch (rows a method
+    appended, grpo-matched's, left out): how far the method moved the update from GRPO's own push,
+    from all groups (records.jsonl keeps only a few, credited ones first, which biases a share
+    computed from it upwards). With several ranks it is the mean of the ranks' shares."""
+    moved = push = 0.0
+    for g in range(min(len(adv_grpo), len(groups))):
+        for i, tr in enumerate(groups[g]):
+            for t, tn in enumerate(tr.turns):
+                n = len(tn.action_ids)
+                moved += abs(adv[g][i][t] - adv_grpo[g][i][t]) * n
+                push += abs(adv_grpo[g][i][t]) * n
+    return moved / push if push > 0 else 0.0
+
+
 def merge_method_stats(parts: list[dict]) -> dict:
     """Method metrics from all ranks: counts add up; means and rates (keys with mean/rate/len)
     are averaged over the ranks that report them; strings are kept from the first rank."""
@@ -432,6 +447,7 @@ def train(cfg: Config) -> str:
                                              cfg.inadmissible_penalty)                     # 2. GRPO advantages
             adv_grpo, t1 = copy.deepcopy(adv), time.time()
             cstats = credit(tr, groups, adv, step, log, adv_grpo)                          # 3. the method's credit
+            cstats["credit/share"] = credit_share(groups, adv_grpo, adv)
             t_credit = time.time() - t1
             lab_stats = lab.step_metrics(tr.probe, tr.model, groups, adv_grpo, adv, tr.run.proposals, cfg.method)
             ustats = update(tr, groups, adv, step)                                         # 4. PPO-clip update

@@ -344,6 +344,16 @@ def test_modules_are_of_bounded_size():
             assert n <= 650, f"{f}: {n} lines"
 
 
+def test_credit_share_from_every_group_by_hand():
+    """train.credit_share: token-weighted |A − A^GRPO| / |A^GRPO| over all groups; appended rows ignored."""
+    import train
+    g = [[_traj(0, ["", ""], ntok=2), _traj(1, ["", ""], ntok=1)], [_traj(2, [""], ntok=4)]]
+    base = [[[0.5, 0.5], [-0.5, -0.5]], [[0.25]]]
+    final = [[[0.5, 1.0], [-0.5, -0.5]], [[0.25]], [[9.0]]]          # +0.5 on one 2-token turn; a third, appended row
+    assert train.credit_share(g + [[_traj(3, [""])]], base, final) == pytest.approx((0.5 * 2) / (0.5 * 2 * 2 + 0.5 * 2 + 0.25 * 4))
+    assert train.credit_share(g, base, base) == 0.0
+
+
 def test_a_failing_credit_step_is_confined_to_its_group(tmp_path, monkeypatch):
     """train.credit: a method that raises on one group: that group keeps its GRPO advantages, the
     others get the method's credit, errors.log holds the traceback; --strict re-raises."""
