@@ -306,13 +306,13 @@ def metrics_row(tr: Trainer, step: int, groups: list, counts: Counter, cstats: d
 
 
 def credit_share(groups, adv_grpo, adv) -> float:
-    """Σ_tokens |A − A^GRPO| / Σ_tokens |A^GRPO| over every group of the batch (rows a method
-    appended, grpo-matched's, left out): how far the method moved the update from GRPO's own push,
+    """Σ_tokens |A − A^GRPO| / Σ_tokens |A^GRPO| over every group of the batch (groups or rollouts a
+    method appended, grpo-matched's, left out): how far the method moved the update from GRPO's own push,
     from all groups (records.jsonl keeps only a few, credited ones first, which biases a share
     computed from it upwards). With several ranks it is the mean of the ranks' shares."""
     moved = push = 0.0
     for g in range(min(len(adv_grpo), len(groups))):
-        for i, tr in enumerate(groups[g]):
+        for i, tr in enumerate(groups[g][:len(adv_grpo[g])]):   # rollouts a method added to a group: not GRPO's
             for t, tn in enumerate(tr.turns):
                 n = len(tn.action_ids)
                 moved += abs(adv[g][i][t] - adv_grpo[g][i][t]) * n

@@ -352,6 +352,8 @@ def test_credit_share_from_every_group_by_hand():
     final = [[[0.5, 1.0], [-0.5, -0.5]], [[0.25]], [[9.0]]]          # +0.5 on one 2-token turn; a third, appended row
     assert train.credit_share(g + [[_traj(3, [""])]], base, final) == pytest.approx((0.5 * 2) / (0.5 * 2 * 2 + 0.5 * 2 + 0.25 * 4))
     assert train.credit_share(g, base, base) == 0.0
+    grown = [g[0] + [_traj(4, [""])], g[1]]                               # a rollout added to group 0 (grpo-matched)
+    assert train.credit_share(grown, base, [final[0] + [[7.0]], final[1]]) == train.credit_share(g, base, final)
 
 
 def test_a_failing_credit_step_is_confined_to_its_group(tmp_path, monkeypatch):
