@@ -251,6 +251,8 @@ def test_warm_start_bar_does_not_count_the_success_checks(monkeypatch):
             super().close()
 
     monkeypatch.setattr(tqdm, "tqdm", Recorded)     # bc_train imports it from the module at call time
+    monkeypatch.setattr(warmstart.sys, "stderr", type("Tty", (), {"isatty": lambda self: True, "write": lambda self, x: None,
+                                                                  "flush": lambda self: None})())   # the bar shows on a terminal only
     model = warmstart.build_tiny_model(40, warmstart.TinyConfig(hidden=32, layers=1, heads=1, intermediate=64), seed=0)
     data = [([1, 2, 3, 4], [5, 6, 2])] * 8
     bc = warmstart.BCConfig(steps=6, batch=4, check_from=2, check_every=2)
