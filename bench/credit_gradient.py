@@ -135,7 +135,9 @@ def main(argv=None) -> None:
             tr.run.agent.compact = True           # the tiny policy's own prompt (a --model run defaults to chat)
             tr.run.judge = build.judge_setup(dataclasses.replace(cfg, method="prover"), tr.model, tr.tok)
             name = os.path.relpath(pol, ROOT)
-            todo = [m for m in args.methods if (f"rooms={rooms}", name, m, args.repeats, args.ref_batches, args.tasks, args.group) not in done]
+            todo = [m for m in args.methods if row_key({"config": f"rooms={rooms}", "policy": name, "method": m,
+                                                        "batches": args.repeats, "ref_batches": args.ref_batches,
+                                                        "tasks": args.tasks, "group": args.group}) not in done]
             if not todo:
                 print(f"rooms={rooms} {name}: every method done (reused from {args.out}.csv)")
                 continue
