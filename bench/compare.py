@@ -351,15 +351,19 @@ def by_seed(res: dict, env: str, method: str, key: str) -> dict:
 
 
 def ratio(res, env, method, key, pct: bool = False, digits: int = 0) -> str:
-    """Mean cost of `method` over its seeds, and × GRPO's (or, pct, its change in %)."""
+    """Mean cost of `method` over its seeds, and × GRPO's (or, pct, its change in %) on the same
+    seeds: the ratio divides the method's mean by GRPO's mean over the seeds both ran, never by
+    GRPO's mean over more seeds (a 4-seed arm over a 10-seed GRPO mixes seed effects in)."""
     a, b = by_seed(res, env, method, key), by_seed(res, env, "grpo", key)
     if not a:
         return "–"
     m = paired.mean(list(a.values()))
-    bm = paired.mean(list(b.values())) if b else 0.0
+    shared = sorted(set(a) & set(b))
+    bm = paired.mean([b[s] for s in shared]) if shared else 0.0
     if not bm > 0:
         return f"{m:.{digits}f}"
-    return f"{m:.{digits}f} ({100 * (m / bm - 1):+.1f}%)" if pct else f"{m:.{digits}f} ({m / bm:.2f}×)"
+    r = paired.mean([a[s] for s in shared]) / bm
+    return f"{m:.{digits}f} ({100 * (r - 1):+.1f}%)" if pct else f"{m:.{digits}f} ({r:.2f}×)"
 
 
 def mean_cell(res, env, method, key, scale=1.0, digits=0, unit="") -> str:
@@ -398,24 +402,33 @@ def report(args, jobs) -> str:
     out = [f"Final held-out success in points (WebShop: score) after "
            f"{args.iters} updates, on {'the whole held-out split' if args.eval_episodes == 0 else f'{args.eval_episodes} held-out tasks'} "
            f"played {args.eval_repeats}× each. Cells: mean [95% t CI] (n seeds). Δ vs GRPO: the mean paired "
-           f"difference over the seeds both have, its CI and the exact sign-flip p. Costs are means per update: "
+           f"difference over the seeds both have, its CI and the exact sign-flip p; p (Holm): that p adjusted by Holm's "
+           f"step-down within the family of one table (each env's table: its methods' Δ vs GRPO; the average table: its "
+           f"rows), the p a claim should cite. Costs are means per update: "
            f"policy tokens = rollout + verification continuations (the paper's generated policy tokens), change vs "
-           f"GRPO in %; judge tokens; env steps and seconds per update × GRPO (seconds: runs {args.jobs} side by side "
+           f"GRPO in % (on the seeds both ran); judge tokens; env steps and seconds per update × GRPO (same seeds) (seconds: runs {args.jobs} side by side "
            f"on a shared machine). accept: the judge's acceptance rate (verified proposals with Δ̂ > 0).\n"]
     deltas: dict = {}                                    # (env, method) -> its paired Δ vs GRPO
     for e in envs:
-        out += [f"## {e}\n", "| method | final held-out | Δ vs GRPO | p | policy tokens / update | judge tokens / update "
-                "| env steps / update | s / update | accept |", "|---|---|---|---|---|---|---|---|---|"]
+        out += [f"## {e}\n", "| method | final held-out | Δ vs GRPO | p | p (Holm) | policy tokens / update | judge tokens / update "
+                "| env steps / update | s / update | accept |", "|---|---|---|---|---|---|---|---|---|---|"]
         bad = unpaired_seeds(res, e)
         base = {s: v for s, v in by_seed(res, e, "grpo", metric[e]).items() if s not in bad}
+        for m in methods:                            # the family first: every Δ of this table
+            vals = by_seed(res, e, m, metric[e])
+            if vals and m != "grpo" and base:
+                deltas[e, m] = paired.paired({s: v for s, v in vals.items() if s not in bad}, base)
+        adj = paired.holm_family({m: deltas.get((e, m)) for m in methods})
         for m in methods:
             vals = by_seed(res, e, m, metric[e])
             if not vals:
                 continue
-            d = paired.paired({s: v for s, v in vals.items() if s not in bad}, base) if m != "grpo" and base else None
-            deltas[e, m] = d
+            d = deltas.get((e, m))
+            if d is not None:
+                d["p_holm"] = adj.get(m)
             out.append(f"| {m} | {paired.fmt(paired.summary(list(vals.values())), 100)} | "
                        f"{paired.fmt(d, 100, sign=True) if d else '–'} | {paired.fmt_p(d.get('p')) if d else '–'} | "
+                       f"{paired.fmt_p(d.get('p_holm')) if d else '–'} | "
                        f"{ratio(res, e, m, 'policy_tokens_per_update', pct=True)} | "
                        f"{mean_cell(res, e, m, 'judge_tokens_per_update')} | "
                        f"{ratio(res, e, m, 'env_steps_per_update')} | {ratio(res, e, m, 'iter_seconds', digits=1)} | "
@@ -436,18 +449,21 @@ def report(args, jobs) -> str:
                 "each benchmark's paired Δ vs GRPO (its own seeds; n = seeds per benchmark), Welch t CI and "
                 "stratified sign-flip p (bench/paired.py). rel. to GRPO: that Δ over GRPO's average on the same seeds "
                 "(the paper's headline form).\n",
-                "| method | mean final (points) | paired Δ vs GRPO | rel. to GRPO | p |", "|---|---|---|---|---|"]
-        for m in methods:
-            per_env = [paired.mean(list(by_seed(res, e, m, metric[e]).values())) for e in envs if by_seed(res, e, m, metric[e])]
-            if len(per_env) < len(envs):
-                continue
-            d = paired.stratified([deltas.get((e, m)) or {} for e in envs]) if m != "grpo" else None
+                "| method | mean final (points) | paired Δ vs GRPO | rel. to GRPO | p | p (Holm, this table) |",
+                "|---|---|---|---|---|---|"]
+        full = [m for m in methods
+                if all(by_seed(res, e, m, metric[e]) for e in envs)]
+        avg = {m: paired.stratified([deltas.get((e, m)) or {} for e in envs]) for m in full if m != "grpo"}
+        adj = paired.holm_family(avg)
+        for m in full:
+            per_env = [paired.mean(list(by_seed(res, e, m, metric[e]).values())) for e in envs]
+            d = avg.get(m)
             rel = "–"
             if d and d["n"]:
                 g = paired.mean([paired.mean([by_seed(res, e, "grpo", metric[e])[s] for s in deltas[e, m]["seeds"]]) for e in envs])
                 rel = f"{100 * d['mean'] / g:+.1f}%" if g else "–"
             out.append(f"| {m} | {100 * paired.mean(per_env):.1f} | {paired.fmt(d, 100, sign=True) if d and d['n'] else '–'} | "
-                       f"{rel} | {paired.fmt_p(d.get('p')) if d else '–'} |")
+                       f"{rel} | {paired.fmt_p(d.get('p')) if d else '–'} | {paired.fmt_p(adj.get(m)) if d else '–'} |")
         out.append(f"\nThe paper: {PAPER['headline']}.")
     out.append(f"\nThe paper's acceptance rates: {PAPER['acceptance']}.")
     out += beside_the_paper(methods, envs, deltas)
@@ -462,8 +478,8 @@ def report(args, jobs) -> str:
 def beside_the_paper(methods, envs, deltas) -> list[str]:
     """A table of what the paper reports of each method beside our paired Δ vs GRPO per env and
     whether its 95% CI excludes 0, with the exact p (at n seeds it cannot go below 2 / 2^n, so a
-    CI that excludes 0 at 4 seeds is weak evidence: such a row says "not resolved" unless
-    p < 0.05 too), so that a difference in kind (a method the paper
+    CI that excludes 0 at 4 seeds is weak evidence: such a row says "not resolved" unless the
+    Holm-adjusted p of its env's table is < 0.05 too), so that a difference in kind (a method the paper
     finds better that is not better here, a collapse that does not happen) is read off one row."""
     rows = []
     for m in methods:
@@ -475,13 +491,15 @@ def beside_the_paper(methods, envs, deltas) -> list[str]:
             if d and d.get("n"):
                 lo, hi = d.get("lo", float("nan")), d.get("hi", float("nan"))
                 p = d.get("p", float("nan"))
-                if lo > 0 or hi < 0:   # resolved only when the exact test agrees with the CI
+                ph = d.get("p_holm")
+                ph = p if ph is None else ph
+                if lo > 0 or hi < 0:   # resolved only when the exact, adjusted test agrees with the CI
                     way = "better" if lo > 0 else "worse"
-                    verdict = (f"CI excludes 0, {way}" if p < 0.05 else
-                               f"CI excludes 0 ({way}) but p ≥ 0.05 at n={d['n']}: not resolved")
+                    verdict = (f"CI excludes 0, {way}" if ph < 0.05 else
+                               f"CI excludes 0 ({way}) but Holm p ≥ 0.05 at n={d['n']}: not resolved")
                 else:
                     verdict = "CI includes 0"
-                here.append(f"{e} {paired.fmt(d, 100, sign=True)}: {verdict} (p {paired.fmt_p(p)})")
+                here.append(f"{e} {paired.fmt(d, 100, sign=True)}: {verdict} (p {paired.fmt_p(p)}, Holm {paired.fmt_p(ph)})")
         rows.append(f"| {m} | {PAPER['methods'][m]} | {'; '.join(here) or '–'} |")
     if not rows:
         return []

@@ -1,6 +1,7 @@
 """bench/credit_lab.py — the credit lab study: does a method's credit land on the decisions that matter?
 
-    python bench/credit_lab.py                                   # rooms 4, 8, 16 × 7 methods × 10 seeds
+    python bench/credit_lab.py                                   # rooms 4, 8, 16 × the 7 default methods × 10 seeds
+    # (results/credit_lab.md ran 9: the default 7 with prover-plus and grpo-matched-plus; its command heads the file)
     python bench/credit_lab.py --rooms 4 8 --methods grpo prover prover-random --seeds 0 1 2 3
     python bench/credit_lab.py --report-only                     # rebuild the table and plot
     python bench/credit_lab.py --name prover_options --rooms 8 16 --methods grpo prover prover-allmixed \
@@ -134,6 +135,43 @@ def result(job, args) -> dict | None:
     return compare.load_summary(kept(job, args), protocol(job, args))
 
 
+def from_table(args) -> dict:
+    """{(rooms, method, seed): row} of the study's own committed CSV (results/NAME.csv): the record
+    of runs whose run directory and summary are both gone (lab runs made before summaries/ existed
+    were lost with their machine). A report rebuilt with --report-only reads those runs' per-seed
+    figures from it rather than drop them; such a row has no q_key curve (the plot's curve panels
+    leave it out) and carries the speed figures computed when its curves existed. It is preferred to
+    a kept summary of the same job that records another run (another study's re-run: same_run)."""
+    path = os.path.join(args.out, f"{args.name}.csv")
+    if not os.path.exists(path):
+        return {}
+
+    def value(x: str):
+        if x == "":
+            return None
+        if x in ("True", "False"):
+            return x == "True"
+        for kind in (int, float):
+            try:
+                return kind(x)
+            except ValueError:
+                pass
+        return x
+
+    out = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            r = {k: value(v) for k, v in row.items() if k not in ("rooms", "method", "seed")}
+            r["q_curve"] = None
+            out[int(row["rooms"]), row["method"], int(row["seed"])] = r
+    return out
+
+
+def same_run(r: dict, rec: dict) -> bool:
+    """Whether a summary and a CSV row record the same run: equal update-0 and final figures."""
+    return all(rec.get(k) is not None and abs(r[k] - rec[k]) < 1e-9 for k in ("init_success", "final_success", "q_key_final"))
+
+
 def done(job, args) -> bool:
     return compare.finished(run_dir(args.out, *job), args.iters) or os.path.exists(kept(job, args))
 
@@ -214,6 +252,10 @@ def to_reference_final(res: dict, rooms: int, method: str, iters: int) -> tuple[
         g = res.get((ro, "grpo", s))
         if ro != rooms or m != method or g is None:
             continue
+        if r["q_curve"] is None or g["q_curve"] is None:     # a row read back from the CSV (from_table)
+            if r.get("updates_to_grpo_final_q") is not None:
+                upd[s], ratio[s] = int(r["updates_to_grpo_final_q"]), r["ratio_to_grpo"]
+            continue
         target = g["q_key_final"]
         upd[s] = updates_to(r["q_curve"], target, iters + 1)
         ratio[s] = upd[s] / updates_to(g["q_curve"], target, iters + 1)
@@ -226,11 +268,23 @@ def optional(x, fmt="{:.2f}") -> str:
 
 def report(args, jobs) -> str:
     res = {}
+    table_rows = from_table(args)
     for rooms, m, s in jobs:
+        # which record of a run: its run directory here (the newest), else a kept summary (it has the
+        # curves) when it is the run this study's own CSV recorded, else that CSV row — summaries are
+        # shared by every study of the lab, and one may be another study's re-run of the same job
+        # (another machine's figures); a table pairs within its own study
+        rec = table_rows.get((rooms, m, s))
+        here = os.path.exists(os.path.join(run_dir(args.out, rooms, m, s), "metrics.jsonl"))
         r = result((rooms, m, s), args)
+        if r is not None and rec is not None and not here and not same_run(r, rec):
+            r = None
         if r is not None:
             r["q_key_mid"] = dict(r["q_curve"]).get(args.mid_update)       # q_key at --mid-update
             res[(rooms, m, s)] = r
+        elif (rooms, m, s) in table_rows:
+            res[(rooms, m, s)] = table_rows[rooms, m, s]
+    from_csv = sum(r["q_curve"] is None for r in res.values())
     # every figure here is paired per seed, so a seed whose methods started from different warm
     # starts (rebuilt on another machine: compare.unpaired_seeds) is left out of the whole report
     unpaired = {rooms: compare.unpaired_seeds(res, rooms) for rooms in {k[0] for k in res}}
@@ -238,7 +292,7 @@ def report(args, jobs) -> str:
     speed = {(rooms, m): to_reference_final(res, rooms, m, args.iters) for rooms, m, _ in res}
     with open(os.path.join(args.out, f"{args.name}.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        keys = [k for k in next(iter(res.values()), {}) if k != "q_curve"]
+        keys = [k for k in next(iter(res.values()), {}) if k not in ("q_curve", "updates_to_grpo_final_q", "ratio_to_grpo")]
         w.writerow(["rooms", "method", "seed", *keys, "updates_to_grpo_final_q", "ratio_to_grpo"])
         for (rooms, m, s), r in sorted(res.items()):
             upd, ratio = speed[(rooms, m)]
@@ -251,15 +305,37 @@ def report(args, jobs) -> str:
         c = col(rooms, m, key)
         return optional(paired.mean(list(c.values())) if c else None, fmt)
 
-    def delta(rooms, m, ref, key, scale=1.0, digits=1):
+    def raw_delta(rooms, m, ref, key):
         a, b = col(rooms, m, key), col(rooms, ref, key)
-        if m == ref or not a or not b:
+        return paired.paired(a, b) if m != ref and a and b else None
+
+    # Holm's family: one column of one rooms table (one question: "does method m move this figure
+    # vs ref at this horizon?"), i.e. every method's test in that column
+    holm: dict = {}
+
+    def family(rooms, ref, key):
+        if (rooms, ref, key) not in holm:
+            holm[rooms, ref, key] = paired.holm_family({m: raw_delta(rooms, m, ref, key) for m in args.methods})
+        return holm[rooms, ref, key]
+
+    def delta(rooms, m, ref, key, scale=1.0, digits=1):
+        d = raw_delta(rooms, m, ref, key)
+        if not d or not d["n"]:
             return "–"
-        d = paired.paired(a, b)
-        return f"{paired.fmt(d, scale, digits=digits, sign=True)} ({paired.fmt_p(d.get('p'))})" if d["n"] else "–"
+        ph = family(rooms, ref, key).get(m)
+        p = f"p {paired.fmt_p(d.get('p'))}" + (f", Holm {paired.fmt_p(ph)}" if ph is not None else "")
+        return f"{paired.fmt(d, scale, digits=digits, sign=True)} ({p})"
+
+    def same_seed_ratio(a: dict, b: dict) -> str:
+        """mean(a)/mean(b) over the seeds both have (a ratio to GRPO never mixes seed sets)."""
+        shared = sorted(set(a) & set(b))
+        bm = paired.mean([b[s] for s in shared]) if shared else 0.0
+        return f" ({paired.mean([a[s] for s in shared]) / bm:.2f}×)" if bm > 0 else ""
 
     lines = [f"Key-to-door, {args.iters} updates per run, paired seeds (the methods of a seed share its warm start and "
-             f"first rollouts). Cells: mean [95% t CI] (n seeds); Δ: paired difference with the exact sign-flip p. "
+             f"first rollouts). Cells: mean [95% t CI] (n seeds); Δ: paired difference with the exact sign-flip p and its Holm-adjusted "
+             f"p (family: one column of one rooms table, i.e. every method's test of that figure at that horizon). "
+             f"Ratios to GRPO (tokens) are over the seeds both ran. "
              f"Updates to q ≥ {Q_TARGET}, and to GRPO's final q_key of the same seed: a run that never reaches it counts as "
              f"{args.iters + 1}; × GRPO is the per-seed ratio to GRPO's own updates to that value (< 1 = faster). "
              f"Off by one, on purpose: the lab's metrics of the row `step N` are measured during update N, before its "
@@ -285,7 +361,7 @@ def report(args, jobs) -> str:
             succ, tok, qk = col(rooms, m, "final_success"), col(rooms, m, "tokens_per_update"), col(rooms, m, "q_key_final")
             u_ref, ratio = speed[(rooms, m)]
             tk = paired.mean(list(tok.values()))
-            rel = f" ({tk / paired.mean(list(g_tok.values())):.2f}×)" if g_tok else ""
+            rel = same_seed_ratio(tok, g_tok) if g_tok else ""
             lines.append(
                 f"| {m} | {paired.fmt(paired.summary(list(upd.values())))} ({reached}/{len(upd)}) | "
                 + (f"{paired.fmt(paired.summary(list(u_ref.values())))} ({paired.fmt(paired.summary(list(ratio.values())), digits=2)})"
@@ -301,6 +377,11 @@ def report(args, jobs) -> str:
             lines.append(f"\nNot paired, left out: seed {sd} started from different warm starts (update-0 held-out "
                          + ", ".join(f"{m} {100 * v:.1f}" for m, v in inits.items()) + ").")
         lines.append("")
+    if from_csv:
+        lines.insert(1, f"{from_csv} of the {len(res)} runs are read from this study's own record, {args.name}.csv "
+                        f"(the per-run rows its report wrote; their run directories are not on this machine, and kept "
+                        f"summaries may be other studies' re-runs: bench/credit_lab.py's from_table): their per-seed "
+                        f"figures as recorded; the plot's q_key-curve panels show only the runs that kept curves.\n")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
         f.write(f"# {args.title}\n\n{Q_KEY_NOTE}Command: `{' '.join(['python', 'bench/credit_lab.py', *sys.argv[1:]])}`\n\n{table}")
@@ -311,8 +392,8 @@ def report(args, jobs) -> str:
 def delta_curve(res: dict, rooms: int, method: str) -> list[tuple[int, dict]]:
     """Per update t: the paired q_key(method, t) − q_key(GRPO, t) over the seeds both have (summary
     with CI) — where in training a method's credit moves the pivotal decision."""
-    by_seed = {s: dict(r["q_curve"]) for (ro, m, s), r in res.items() if ro == rooms and m == method}
-    ref = {s: dict(r["q_curve"]) for (ro, m, s), r in res.items() if ro == rooms and m == "grpo"}
+    by_seed = {s: dict(r["q_curve"]) for (ro, m, s), r in res.items() if ro == rooms and m == method and r["q_curve"]}
+    ref = {s: dict(r["q_curve"]) for (ro, m, s), r in res.items() if ro == rooms and m == "grpo" and r["q_curve"]}
     seeds = sorted(set(by_seed) & set(ref))
     if not seeds:
         return []
@@ -341,7 +422,7 @@ def plot(args, res, speed):
             hi.append(s.get("hi", s["mean"]) - s["mean"])
         if xs:
             ax[0].errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=m, color=colors[m])
-        curves = [r["q_curve"] for (ro, mm, s), r in res.items() if mm == m and ro == curve_rooms]
+        curves = [r["q_curve"] for (ro, mm, s), r in res.items() if mm == m and ro == curve_rooms and r["q_curve"]]
         if curves:
             n = min(len(c) for c in curves)
             ax[1].plot([curves[0][i][0] for i in range(n)], [sum(c[i][1] for c in curves) / len(curves) for i in range(n)],

@@ -168,6 +168,13 @@ def holm(ps: list[float]) -> list[float]:
     return out
 
 
+def holm_family(tests: dict) -> dict:
+    """{name: paired()/stratified() output} of one family → {name: Holm-adjusted p}; the tests
+    without a p (n < 2) are not members of the family."""
+    names = [k for k, d in tests.items() if d and d.get("p") is not None]
+    return dict(zip(names, holm([tests[k]["p"] for k in names])))
+
+
 def fmt(s: dict, scale: float = 1.0, digits: int = 1, sign: bool = False) -> str:
     """'12.3 [8.1, 16.0] (n=10)' — or 'x (n = 1, no spread)', or '–' with no values."""
     if not s.get("n"):

@@ -250,8 +250,9 @@ def test_compare_report_plan_and_protocol_on_hand_made_runs(tmp_path):
     # beside the paper: its figure for the method and ours per env, with whether the CI excludes 0;
     # at 2 seeds the t interval (t_1 = 12.7) includes 0 where the percentile bootstrap did not
     sq = paired.paired({0: 0.20, 1: 0.36}, {0: 0.20, 1: 0.30})
-    assert (f"| prover | {compare.PAPER['methods']['prover']} | alfworld {paired.fmt(d, 100, sign=True)}: CI includes 0 (p {paired.fmt_p(d['p'])}); "
-            f"searchqa {paired.fmt(sq, 100, sign=True)}: CI includes 0 (p {paired.fmt_p(sq['p'])}) |") in table.split("## beside the paper")[1]
+    assert (f"| prover | {compare.PAPER['methods']['prover']} | alfworld {paired.fmt(d, 100, sign=True)}: CI includes 0 "
+            f"(p {paired.fmt_p(d['p'])}, Holm {paired.fmt_p(d['p'])}); searchqa {paired.fmt(sq, 100, sign=True)}: CI includes 0 "
+            f"(p {paired.fmt_p(sq['p'])}, Holm {paired.fmt_p(sq['p'])}) |") in table.split("## beside the paper")[1]
     assert "The rows have different seeds (grpo: 0, 1; prover: 0, 1, 2)" in table.split("## searchqa")[0]
     assert "The rows have different seeds" not in table.split("## searchqa")[1]
     # the summaries kept beside the report stand in for run directories lost with the machine: the
@@ -418,7 +419,8 @@ def test_credit_lab_report_table_csv_and_plot_on_hand_made_runs(tmp_path, monkey
     header = next(line for line in table.splitlines() if line.startswith("| method |")).split(" | ")
     mid = row[header.index("Δ q_key vs GRPO at update 2 (after 1) (p)")]
     hand = ((0.50 - 0.40) + (0.34 - 0.30) + (0.45 - 0.35)) / 3
-    assert mid.startswith(f"{hand:+.4f} [") and "(n=3)" in mid and mid.endswith("(0.250)"), mid
+    # one method against GRPO: a family of one, so Holm's p is the raw p
+    assert mid.startswith(f"{hand:+.4f} [") and "(n=3)" in mid and mid.endswith("(p 0.250, Holm 0.250)"), mid
     assert row[header.index("credited / update")] == "1.0" and row[header.index("verify tokens / credited")] == "20"
     with open(tmp_path / "lab.csv") as f:
         got = {(r["method"], int(r["seed"])): float(r["q_key_mid"]) for r in csv.DictReader(f)}
@@ -440,6 +442,21 @@ def test_credit_lab_report_table_csv_and_plot_on_hand_made_runs(tmp_path, monkey
     monkeypatch.setitem(credit_lab.ARGS, "prover", ["--method", "prover", "--lam", "2"])
     with pytest.raises(SystemExit, match=r"keydoor-r4-prover-s0.json was made with flags="):
         credit_lab.result((4, "prover", 0), args)
+    monkeypatch.undo()
+    # the study's own CSV is its record once run directories and summaries are both gone (lab runs
+    # made before summaries/ existed): the same table, said so in one line, and the same CSV
+    shutil.rmtree(tmp_path / "credit_lab")
+    shutil.rmtree(tmp_path / "summaries")
+    again = credit_lab.report(args, jobs)
+    assert "6 of the 6 runs are read from this study's own record, lab.csv" in again
+    assert [x for x in again.splitlines() if x and "own record" not in x] == [x for x in table.splitlines() if x]
+    assert (tmp_path / "lab.csv").read_text() == csv_text
+    # ... and it wins over a kept summary of the same job that records another run (summaries are
+    # shared by every study; one may be another study's re-run): a summary of seed 0, other figures
+    _hand_run(tmp_path / "credit_lab" / "runs" / "keydoor-r4-grpo-s0", 0.95, {t: {"lab/q_key": 0.99} for t in (1, 2, 3)}, step=3)
+    assert credit_lab.result((4, "grpo", 0), args)["q_key_final"] == 0.99        # the summary is kept...
+    shutil.rmtree(tmp_path / "credit_lab")
+    assert credit_lab.report(args, jobs) == again                                 # ...but the record is read
 
 
 def test_beside_the_paper_calls_a_difference_resolved_only_when_ci_and_exact_p_agree():
@@ -450,8 +467,48 @@ def test_beside_the_paper_calls_a_difference_resolved_only_when_ci_and_exact_p_a
     assert ten["lo"] > 0 and ten["p"] < 0.05 and four["hi"] < 0 and four["p"] >= 0.05
     rows = "\n".join(compare.beside_the_paper(["prover"], ["alfworld", "webshop"],
                                               {("alfworld", "prover"): ten, ("webshop", "prover"): four}))
-    assert f"alfworld {paired.fmt(ten, 100, sign=True)}: CI excludes 0, better (p {paired.fmt_p(ten['p'])})" in rows
-    assert f"webshop {paired.fmt(four, 100, sign=True)}: CI excludes 0 (worse) but p ≥ 0.05 at n=4: not resolved" in rows
+    assert f"alfworld {paired.fmt(ten, 100, sign=True)}: CI excludes 0, better (p {paired.fmt_p(ten['p'])}, Holm" in rows
+    assert f"webshop {paired.fmt(four, 100, sign=True)}: CI excludes 0 (worse) but Holm p ≥ 0.05 at n=4: not resolved" in rows
+    # the verdict reads the Holm-adjusted p of its table's family: the same raw p, adjusted above 0.05
+    ten["p_holm"] = 0.2
+    rows = "\n".join(compare.beside_the_paper(["prover"], ["alfworld"], {("alfworld", "prover"): ten}))
+    assert "CI excludes 0 (better) but Holm p ≥ 0.05 at n=10: not resolved" in rows and "Holm 0.200" in rows
+
+
+def test_compare_tables_adjust_p_within_each_table_and_divide_costs_on_the_same_seeds(tmp_path):
+    """Holm within one env's table (its methods' Δ vs GRPO) and within the average table; a cost
+    ratio divides by GRPO's mean over the method's own seeds, not over all of GRPO's."""
+    import argparse
+    import compare
+    res = {}
+    for s in range(4):
+        res["alfworld", "grpo", s] = {"policy_tokens_per_update": 100.0 * (s + 1)}    # 100, 200, 300, 400
+    for s in (0, 1):
+        res["alfworld", "spo", s] = {"policy_tokens_per_update": 300.0}
+    # same seeds: 300 / mean(100, 200) = 2.00×, not 300 / mean(100..400) = 1.20×
+    assert compare.ratio(res, "alfworld", "spo", "policy_tokens_per_update") == "300 (2.00×)"
+    assert compare.ratio(res, "alfworld", "spo", "policy_tokens_per_update", pct=True) == "300 (+100.0%)"
+    args = argparse.Namespace(envs=["alfworld", "searchqa"], methods=["grpo", "prover", "gigpo"], seeds=[0, 1, 2, 3, 4], iters=2,
+                              eval_every=25, eval_episodes=0, eval_repeats=4, cell_seeds=[], jobs=2, out=str(tmp_path),
+                              extra=[], warm_start="shared")
+    finals = {"grpo": [0.40, 0.50, 0.45, 0.42, 0.48], "prover": [0.46, 0.57, 0.50, 0.49, 0.53], "gigpo": [0.41, 0.49, 0.47, 0.40, 0.49]}
+    for e in args.envs:
+        for m, fs in finals.items():
+            for s, f in enumerate(fs):
+                _hand_run(tmp_path / "runs" / f"{e}-{m}-s{s}", f,
+                          cfg={"env": e, "method": m, "seed": s, "eval_every": 25, "eval_episodes": 0, "eval_repeats": 4})
+    table = compare.report(args, compare.plan(args))
+    da = paired.paired(dict(enumerate(finals["prover"])), dict(enumerate(finals["grpo"])))
+    db = paired.paired(dict(enumerate(finals["gigpo"])), dict(enumerate(finals["grpo"])))
+    ha, hb = paired.holm([da["p"], db["p"]])
+    assert ha == min(1.0, 2 * da["p"]) and da["p"] == 1 / 16          # all 5 up: 2/32; Holm doubles it
+    alf = table.split("## alfworld")[1].split("## searchqa")[0]
+    assert f"| {paired.fmt_p(da['p'])} | {paired.fmt_p(ha)} |" in alf and f"| {paired.fmt_p(db['p'])} | {paired.fmt_p(hb)} |" in alf
+    avg = table.split("## average over benchmarks")[1].split("The paper")[0]
+    sa = paired.stratified([da, da])
+    sb = paired.stratified([db, db])
+    assert f"| {paired.fmt_p(sa['p'])} | {paired.fmt_p(paired.holm([sa['p'], sb['p']])[0])} |" in avg
+    assert "p (Holm, this table)" in avg
 
 
 def test_paired_intervals_hold_their_level_at_small_n():
