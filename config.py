@@ -129,6 +129,8 @@ class Config:
     """common random numbers in verification: continuation k from s_pre and from s_post share sampling seeds and env randomness; Δ̂ = mean of the paired differences, with the paired SE"""
     verify_k_max: int = 0
     """adaptive K: continuations in rounds of --verify-k per side until Δ̂ ≠ 0 and |Δ̂| ≥ z·SE, or this many per side (0 = off: one round, the paper's)"""
+    verify_estimate: str = "fresh"
+    """with --verify-k-max: fresh (Δ̂ and SE from a second, independent batch of as many continuations as the stopping rounds used: unbiased, about twice the cost) | pooled (Δ̂ over the stopping rounds themselves: cheaper, biased towards large |Δ̂| because the rounds that stop are those whose noise cleared z·SE)"""
     negative_credit: bool = False
     """also verify the failures' different actions at the segment's start state (same prompt view) against the shared V̂(s_pre); one verifiably worse (the --credit-test on V̂(s_pre) − V̂(s_after)) gets λ·(V̂(s_after) − V̂(s_pre)) < 0 on its turns"""
     focus: float = 1.0
@@ -219,6 +221,7 @@ CHOICES = {
     "env": ["alfworld", "webshop", "searchqa", "keydoor"],
     "method": ["prover", "prover-plus", "grpo", "grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch", *LAB_METHODS],
     "credit_test": ["positive", "se", "shrink"],
+    "verify_estimate": ["fresh", "pooled"],
     "credit_scope": ["segment", "matched"],
     "judge_success": ["shortest", "judge"],
     "judge": ["builtin", "random", "hf", "openai"],

@@ -82,7 +82,7 @@ def exact_estimator(orc: oracle.Oracle):
     """A drop-in for verify.estimate: Δ = V^π(s_{r+1}) − V^π(s_ℓ) exactly (SE 0, no continuations).
     V^π(s_{r+1}) = Q^π(s_r, a_r) (the move is deterministic given the turn's text), which also covers
     a segment that ends the episode."""
-    def estimate(agent, envs, traj, start, end, K, temperature, seed=0, crn=False, k_max=0, z=1.0):
+    def estimate(agent, envs, traj, start, end, K, temperature, seed=0, crn=False, k_max=0, z=1.0, fresh=False):
         pre = orc.values([traj.turns[start].state])[0]
         post = orc.turn_q(traj.turns[end].state, traj.turns[end].action)
         return verify.Verification(post - pre, 0.0, pre, post, 0, [], [])

@@ -57,7 +57,8 @@ history length. The prompt view of turn t of trajectory j is what the compact pr
 
 --verify-crn, --verify-k-max   common random numbers and adaptive K in the verification (verify.py):
     Δ̂ = mean_k (R_post,k − R_pre,k) with the paired SE, and rounds of K continuations until
-    Δ̂ ≠ 0 and |Δ̂| ≥ z·SE, or K_max per side.
+    Δ̂ ≠ 0 and |Δ̂| ≥ z·SE, or K_max per side; with --verify-estimate fresh (the default) the
+    rounds only choose k and Δ̂ comes from a second batch of k (the pooled Δ̂ is biased upward).
 
 --method prover-plus   ProVer with `PLUS` (our departure from the paper; the options it combines
     override the config's values, the other options apply as given):
@@ -236,7 +237,8 @@ def credit(groups, adv, run, overrides: dict | None = None, estimate=None) -> di
         seed = hash((cfg.seed, run.step, group[sid].group_id)) & 0x7FFFFFFF
         v = estimate(agent, run.envs(2 * cfg.verify_k), group[sid], p.start_turn, p.end_turn,
                             cfg.verify_k, cfg.temperature, seed=seed,
-                            crn=cfg.verify_crn, k_max=cfg.verify_k_max, z=cfg.credit_z)
+                            crn=cfg.verify_crn, k_max=cfg.verify_k_max, z=cfg.credit_z,
+                            fresh=cfg.verify_estimate == "fresh")
         deltas.append(v.delta)
         st["seg_turns"] += p.end_turn - p.start_turn + 1
         # 4. credit (only if the segment verifiably helps)

@@ -48,8 +48,13 @@ or react to that noise:
     sampling seeds and env draws (CRN: episode ids k = K·n … K·(n+1) − 1 on both sides;
     otherwise the round's seed is hash((seed, n)), round 0 being exactly the default call), so
     the pooled outcomes are i.i.d. and Δ̂, SE are computed over all k of them. Early stopping
-    makes Δ̂ a sequential estimate (slightly biased towards |Δ̂| large); it only spends fewer
-    continuations where the sign is already clear.
+    makes the pooled Δ̂ a sequential estimate, biased towards |Δ̂| large — not slightly: the rounds
+    that stop are those whose noise pushed |Δ̂| past z·SE (tests/test_prover_options.py and
+    results/adaptive_bias.md measure it against the analytic value). `--verify-estimate fresh` (the
+    default with --verify-k-max) removes it: the stopping rounds only choose k, and Δ̂, SE come from a
+    second batch of k continuations per side, independent of the first, so E[Δ̂ | k] = A_seg. It
+    costs that second batch (about twice the stopping rounds' continuations); `pooled` is the
+    first version (Δ̂ over the stopping rounds themselves).
 
 Alternatives (`alternatives`, for prover.py's --negative-credit): the advantage of a failure's
 different action a′ at a state with the prompt view of s_pre is estimated against the same
@@ -82,7 +87,10 @@ class Verification:
     post: list[float]       # ... and from s_post (or from an alternative's state)
     paired: bool = False    # CRN: pre[k] and post[k] share seeds and env draws; `se` is the paired SE
     se_unpaired: float | None = None   # under CRN, the SE the independent formula would give (for comparison)
-    rounds: int = 1         # adaptive K: rounds of continuations used
+    rounds: int = 1         # adaptive K: rounds of continuations used (both batches under `fresh`)
+    id0: int = 0            # CRN: the episode id of pre[0] (the fresh batch starts after the stopping batch)
+    k_stop: int = 0         # fresh: continuations per side the stopping batch used (as many again are spent)
+    delta_stop: float | None = None   # fresh: the stopping batch's own Δ̂ (biased; kept for comparison)
 
 
 def _var(x: list[float]) -> float:
@@ -136,35 +144,54 @@ def clears(delta: float, se: float, z: float) -> bool:
 
 def estimate(agent: Agent, envs: list, traj: Trajectory, start_turn: int, end_turn: int, K: int,
              temperature: float, seed: int, crn: bool = False, k_max: int = 0, z: float = 1.0,
-             crn_align: str = "step") -> Verification:
+             crn_align: str = "step", fresh: bool = False) -> Verification:
     """Δ̂ for turns [start_turn, end_turn] (inclusive) of `traj`. `envs` needs ≥ 2K envs of the
     trajectory's split; both sides run in one batch (2K episodes) for speed. `crn`, `k_max`, `z`:
-    --verify-crn, --verify-k-max, --credit-z (see the module docstring); the defaults are the
-    paper's single round of independent continuations."""
+    --verify-crn, --verify-k-max, --credit-z; `fresh` (--verify-estimate fresh, with k_max): Δ̂
+    and SE from a second, independent batch of as many continuations as the stopping rule chose
+    (see the module docstring); the defaults are the paper's single round of independent
+    continuations."""
     assert 0 <= start_turn <= end_turn < len(traj.turns) - 1, "segment must be non-terminal"
     s_pre = traj.turns[start_turn].state
     s_post = traj.turns[end_turn + 1].state
     assert s_pre is not None and s_post is not None, "trajectory was rolled out without restore handles"
     assert k_max == 0 or k_max >= K, "k_max must be 0 (off) or >= K"
+    def batch(first: int, n: int, rnd: int) -> list[float]:
+        """n continuations per side (round `rnd`; CRN: episode ids first … first + n − 1)."""
+        if crn:
+            return _crn_outcomes(agent, envs, [s_pre, s_post], list(range(first, first + n)), temperature, seed, crn_align)
+        # round 0 is the paper's call; later rounds get their own seed (fresh samples and draws)
+        finals = continue_from(agent, envs, [s_pre, s_post], n, temperature,
+                               seed if rnd == 0 else hash((seed, rnd)) & 0x7FFFFFFF, purpose="verify")
+        return [outcome(f.info, agent.reward) for f in finals]    # R = success (or score: --reward)
+
     pre: list[float] = []
     post: list[float] = []
     rounds = 0
     while True:
         n = K if k_max == 0 else min(K, k_max - len(pre))
-        if crn:
-            out = _crn_outcomes(agent, envs, [s_pre, s_post], list(range(len(pre), len(pre) + n)), temperature, seed,
-                                crn_align)
-        else:
-            # round 0 is the paper's call; later rounds get their own seed (fresh samples and draws)
-            finals = continue_from(agent, envs, [s_pre, s_post], n, temperature,
-                                   seed if rounds == 0 else hash((seed, rounds)) & 0x7FFFFFFF, purpose="verify")
-            out = [outcome(f.info, agent.reward) for f in finals]    # R = success (or score: --reward)
+        out = batch(len(pre), n, rounds)
         pre += out[:n]
         post += out[n:]
         rounds += 1
         v = compare(pre, post, paired=crn, rounds=rounds)
         if k_max == 0 or len(pre) >= k_max or clears(abs(v.delta), v.se, z):
-            return v
+            break
+    if k_max == 0 or not fresh:
+        return v
+    # the stopping rule chose k on these outcomes, which biases their Δ̂; a second batch of k per
+    # side, independent of the first (next episode ids / round seeds), is unbiased given k
+    pre2: list[float] = []
+    post2: list[float] = []
+    while len(pre2) < v.k:
+        n = min(K, v.k - len(pre2))
+        out = batch(v.k + len(pre2), n, rounds)
+        pre2 += out[:n]
+        post2 += out[n:]
+        rounds += 1
+    f = compare(pre2, post2, paired=crn, rounds=rounds)
+    f.id0, f.k_stop, f.delta_stop = v.k, v.k, v.delta
+    return f
 
 
 def alternatives(agent: Agent, envs: list, base: Verification, alt_states: list[AgentState], temperature: float,
@@ -176,7 +203,7 @@ def alternatives(agent: Agent, envs: list, base: Verification, alt_states: list[
         return []
     k = base.k
     if base.paired:
-        out = _crn_outcomes(agent, envs, alt_states, list(range(k)), temperature, seed)
+        out = _crn_outcomes(agent, envs, alt_states, list(range(base.id0, base.id0 + k)), temperature, seed)
     else:
         finals = continue_from(agent, envs, alt_states, k, temperature,
                                hash((seed, 0, 0xA17)) & 0x7FFFFFFF, purpose="verify")

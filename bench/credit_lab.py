@@ -96,6 +96,13 @@ VARIANTS = {
     "grpo-lr3x": ["--method", "grpo", "--lr", "3e-4"],
     "grpo-matched-plus": ["--method", "grpo-matched", "--matched-extra", "1.6"],
 }
+# The adaptive-K arms above ran before --verify-estimate existed, i.e. with what is now
+# `--verify-estimate pooled` (Δ̂ over the stopping rounds: biased towards large |Δ̂|, verify.py);
+# they are pinned to it so that their names keep meaning what their committed rows measured. The
+# `-fresh` arms are the same with train.py's default, the unbiased second batch.
+for _name in [n for n, f in VARIANTS.items() if "--verify-k-max" in f]:
+    VARIANTS[_name] = [*VARIANTS[_name], "--verify-estimate", "pooled"]
+    VARIANTS[f"{_name}-fresh"] = [*VARIANTS[_name][:-1], "fresh"]
 ARGS = {**compare.METHOD_ARGS, **VARIANTS}
 Q_TARGET = 0.9
 

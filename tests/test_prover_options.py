@@ -91,7 +91,7 @@ class Outcomes:
     def __init__(self, pre, post, alts=None):
         self.pre, self.post, self.alts, self.calls = pre, post, alts or {}, []
 
-    def estimate(self, agent, envs_, traj_, start, end, K, temperature, seed, crn=False, k_max=0, z=1.0):
+    def estimate(self, agent, envs_, traj_, start, end, K, temperature, seed, crn=False, k_max=0, z=1.0, fresh=False):
         self.calls.append(dict(K=K, crn=crn, k_max=k_max, z=z, seed=seed))
         return verify.compare(self.pre, self.post, paired=crn)
 
@@ -676,3 +676,39 @@ def test_prover_plus_end_to_end_on_keydoor(kd, tmp_path):
         assert d == {}
     text = (tmp_path / "segments.md").read_text()
     assert "matched scope" in text and "Success chosen by the judge" in text
+
+
+def test_adaptive_k_pooled_estimate_is_biased_and_the_fresh_batch_is_not(kd):
+    """Stopping on the observed Δ̂ biases the pooled estimate away from 0 (measured against the
+    analytic A_seg = (1 − q)(p_key − p_nokey) = 0.4 at q = 0.5); the fresh batch, drawn after the
+    stopping decision and independent of it, is unbiased. Also: the fresh batch has as many
+    continuations as the stopping rounds chose, after them (CRN episode ids from k_stop on, which
+    `alternatives` pairs with), and costs both batches."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import adaptive_bias
+    pooled = adaptive_bias.measure(0.5, False, "pooled", 150)
+    fresh = adaptive_bias.measure(0.5, False, "fresh", 150)
+    assert pooled["true"] == pytest.approx(0.4)
+    assert pooled["bias_z"] > 4 and pooled["bias"] > 0.05              # ~ +0.11, the issue's repro
+    assert abs(fresh["bias_z"]) < 3                                      # 0 within its MC noise
+    assert fresh["continuations_per_side"] > 1.5 * pooled["continuations_per_side"]
+    spec, tok, pool = kd
+    agent = Agent(KnownPolicy(tok, 0.5), tok, spec)
+    p = pool(0.9, 0.1)
+    tr = key_trajs(agent, p, 8, seed=2)[0]
+    k = pivot(tr)
+    for crn in (False, True):
+        c0 = agent.counter["tokens/verify"]
+        a = verify.estimate(agent, p, tr, k, k, 2, 1.0, seed=7, crn=crn, k_max=16)
+        t_pooled = agent.counter["tokens/verify"] - c0
+        c0 = agent.counter["tokens/verify"]
+        f = verify.estimate(agent, p, tr, k, k, 2, 1.0, seed=7, crn=crn, k_max=16, fresh=True)
+        t_fresh = agent.counter["tokens/verify"] - c0
+        assert (f.k_stop, f.delta_stop, f.k) == (a.k, a.delta, a.k)     # same stopping rounds, then k more
+        assert f.id0 == (a.k if crn else f.id0) and f.rounds == 2 * a.rounds and t_fresh > t_pooled
+        assert f.delta == pytest.approx(sum(f.post) / f.k - sum(f.pre) / f.k)
+        if crn:        # the fresh batch's ids k_stop … 2·k_stop − 1 are those its pre side used
+            d = verify._crn_outcomes(agent, p, [tr.turns[k].state], list(range(f.id0, f.id0 + f.k)), 1.0, 7)
+            assert d == f.pre
