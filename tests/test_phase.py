@@ -1,0 +1,51 @@
+"""bench/credit_phase.py: cells are checked before anything runs, the speed and AUC columns are the
+hand computations, and a real two-update screen (GRPO and the exact-credit arm on a 3-room
+keydoor) runs, resumes without re-running, and reports."""
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import credit_phase  # noqa: E402
+
+
+def test_cells_split_into_env_options_and_train_flags_and_bad_ones_fail_in_one_line():
+    assert credit_phase.parse_cell("rooms=4,p_nokey=0.4,group_size=4") == (["rooms=4", "p_nokey=0.4"], ["--group-size", "4"])
+    for bad, msg in (("rooms4", "not KEY=VALUE"), ("doors=3", "neither a keydoor option"), ("lr=1", "neither a keydoor option")):
+        with pytest.raises(SystemExit, match=msg):
+            credit_phase.parse_cell(bad)
+    with pytest.raises(SystemExit, match="cell 'rooms=1'"):              # keydoor's own range check
+        credit_phase.check_cells(["rooms=1"])
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "credit_phase.py"), "--cells", "rooms=4,p_key=2",
+                        "--out", "/nonexistent/never"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and r.stderr.strip().count("\n") == 0 and "p_key" in r.stderr
+
+
+def test_speed_is_updates_to_grpo_final_over_grpos_own_and_auc_the_mean():
+    g = {"p_curve": [(1, 0.5), (2, 0.6), (3, 0.7), (4, 0.8)]}
+    fast = {"p_curve": [(1, 0.5), (2, 0.85), (3, 0.9), (4, 0.9)]}
+    never = {"p_curve": [(1, 0.5), (2, 0.5), (3, 0.6), (4, 0.7)]}
+    res = {("c", 1.0, "grpo", 0): g, ("c", 1.0, "oracle", 0): fast, ("c", 1.0, "grpo", 1): g, ("c", 1.0, "oracle", 1): never}
+    assert credit_phase.speed(res, "c", 1.0, "oracle", iters=4) == {0: 2 / 4, 1: 5 / 4}    # never: iters + 1
+    assert credit_phase.auc(fast["p_curve"]) == pytest.approx((0.5 + 0.85 + 0.9 + 0.9) / 4)
+
+
+def test_a_real_screen_runs_resumes_and_reports(tmp_path):
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "credit_phase.py"), "--cells", "rooms=3,group_size=2,tasks_per_iter=2",
+           "--seeds", "0", "--iters", "2", "--out", str(tmp_path), "--", "--bc-episodes", "20", "--bc-steps", "20"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr[-800:]
+    md = (tmp_path / "credit_phase.md").read_text()
+    rows = [ln for ln in md.splitlines() if ln.startswith("| rooms=3")]
+    assert [ln.split(" | ")[2] for ln in rows[:2]] == ["grpo", "oracle"]
+    assert (tmp_path / "credit_phase.png").stat().st_size > 5000
+    assert len(list((tmp_path / "summaries" / "credit_phase").iterdir())) == 2
+    import shutil
+    shutil.rmtree(tmp_path / "credit_phase" / "runs")          # the kept summaries stand in for the runs
+    r2 = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r2.returncode == 0 and r2.stdout.count("skipped (done)") + r2.stderr.count("skipped (done)") == 2
+    assert (tmp_path / "credit_phase.md").read_text().split("Command:")[1] == md.split("Command:")[1]
