@@ -19,14 +19,20 @@ Rules
 * Optional trap (`trap` in [0, 1]; 0 = off): one extra object, always called "cursed coin", lies
   in a room drawn per task (never the pivot room). Taking it, at any point, multiplies the door's
   chance by (1 − trap) for the rest of the episode: a harmful decision.
+* Several keys (`keys` = N ≥ 1; default 1): one key in each of the rooms pivot, pivot + 1, …,
+  pivot + N − 1, and the door's chance rises with the keys held, linearly from p_nokey (none) to
+  p_key (all N): one trajectory can then carry decisions of both signs (a key taken, another
+  left). With N = 1 this is the single-key game.
 * Ground-truth labels (`info["pivotal"]`, kept in `Turn.truth`, never shown to the policy):
-  "key" on the turn that takes the key, "trap" on the one that takes the coin, "nokey" on the
-  `go forward` that leaves the pivot room with the key still lying there.
+  "key" on a turn that takes a key, "trap" on the one that takes the coin, "nokey" on a
+  `go forward` that leaves a key room with its key still lying there.
 * The key and the coin cannot be dropped (so "took the key" and "holds the key at the door" are
   the same event, and the coin's curse is permanent anyway).
 * In the last room, `open door` ends the episode. The door opens (won, reward 1.0) with
   probability
-        p = (p_key if the key is held else p_nokey) · ((1 − trap) if the coin was taken else 1)
+        p = (p_nokey + (p_key − p_nokey) · k / N) · ((1 − trap) if the coin was taken else 1)
+
+  with k of the N keys held (N = 1: p_key with the key, p_nokey without)
   drawn from the env's own RNG (`self.rng`), which is consumed only at the door.
 * Step limit `max_steps` (default 3·rooms + 2). Every `step` call counts; reaching the limit ends
   the episode as a failure. Text that is not an admissible action answers "Nothing happens."
@@ -53,7 +59,9 @@ forward and opens the door in time (no trap):
         A(take key) = V(s_post) − V(s_pre) = (1 − q)·(p_key − p_nokey)
 Every other decision (distractor actions, moves) has advantage 0. With the trap on and the coin
 taken with probability q_t (independently of the key), every value is multiplied by
-(1 − q_t·trap); after taking the coin by (1 − trap). `analytic_value` computes these.
+(1 − q_t·trap); after taking the coin by (1 − trap). With N keys, each taken with probability q
+independently, V(start) has the same form, and taking key j with k keys already held is worth
+A = (1 − q)(p_key − p_nokey)/N (leaving it: −q(p_key − p_nokey)/N). `analytic_value` computes these.
 
 What it leaves out
 ------------------
@@ -125,15 +133,17 @@ OPTIONS: dict[str, envs.EnvOption] = {
                            "taking the cursed coin multiplies the door's chance by 1 - trap (0 = no coin)"),
     "expert_key": envs.EnvOption(float, 0.5, envs.in_range(0.0, 1.0),
                                  "warm-start expert: chance it takes the key in an episode"),
+    "keys": envs.EnvOption(int, 1, envs.in_range(1, 4),
+                           "keys, one in each room from pivot on; the door's chance rises linearly with the keys held"),
 }
 
 
 def check_params(rooms: int, pivot: int, p_key: float, p_nokey: float, distractors: int,
-                 trap: float, expert_key: float, max_steps: int | None = None) -> None:
+                 trap: float, expert_key: float, max_steps: int | None = None, keys: int = 1) -> None:
     """Each option's own check plus the rules across options; ValueError with one line naming
     the option. (parse_env_opts already checks each option alone; this also covers direct calls.)"""
     vals = dict(rooms=rooms, pivot=pivot, p_key=p_key, p_nokey=p_nokey, distractors=distractors,
-                trap=trap, expert_key=expert_key)
+                trap=trap, expert_key=expert_key, keys=keys)
     for k, v in vals.items():
         opt = OPTIONS[k]
         ok_type = (isinstance(v, int) and not isinstance(v, bool)) if opt.type is int else \
@@ -147,6 +157,9 @@ def check_params(rooms: int, pivot: int, p_key: float, p_nokey: float, distracto
             raise ValueError(f"keydoor: {k}={v!r}: {err}")
     if pivot >= rooms:
         raise ValueError(f"keydoor: pivot={pivot}: must be < rooms ({rooms})")
+    if pivot + keys > rooms:
+        raise ValueError(f"keydoor: keys={keys}: the keys lie in rooms pivot..pivot+keys-1, so pivot + keys "
+                         f"must be <= rooms ({pivot} + {keys} > {rooms})")
     if distractors > len(OBJECTS):       # per room names are distinct; in_range already caps at 4
         raise ValueError(f"keydoor: distractors={distractors}: at most {len(OBJECTS)}")
     if max_steps is not None and (not isinstance(max_steps, int) or isinstance(max_steps, bool)
@@ -158,9 +171,12 @@ def check_params(rooms: int, pivot: int, p_key: float, p_nokey: float, distracto
 # ---------------------------------------------------------------------------------------------
 # Analytic values
 # ---------------------------------------------------------------------------------------------
-def door_chance(key: bool, trap_taken: bool, p_key: float, p_nokey: float, trap: float) -> float:
-    """The door's chance to open given what is held."""
-    return (p_key if key else p_nokey) * ((1.0 - trap) if trap_taken else 1.0)
+def door_chance(key: int, trap_taken: bool, p_key: float, p_nokey: float, trap: float, keys: int = 1) -> float:
+    """The door's chance to open given what is held: `key` = keys held (a bool for one key) of
+    `keys`; p_nokey + (p_key − p_nokey)·key/keys, exactly p_key / p_nokey at all / none."""
+    k = min(int(key), keys)
+    base = p_key if k == keys else p_nokey if k == 0 else p_nokey + (p_key - p_nokey) * k / keys
+    return base * ((1.0 - trap) if trap_taken else 1.0)
 
 
 def analytic_value(q_key: float, p_key: float = 0.8, p_nokey: float = 0.2, trap: float = 0.0,
@@ -210,7 +226,8 @@ class State:
     room: int = 0                          # 0-based
     items: tuple = ()                      # items[r]: objects lying in room r (tuple of names)
     held: tuple = ()                       # objects held, in the order taken
-    key: bool = False                      # the key is held
+    key: bool = False                      # the pivot room's key is held (lab/p_key_held's event)
+    keys: int = 0                          # keys held (of --env-opt keys; = key with one key)
     trap_taken: bool = False               # the coin was taken at some point
     steps: int = 0
     done: bool = False
@@ -224,10 +241,11 @@ class KeyDoor:
 
     def __init__(self, split: str = "train", seed: int = 0, rooms: int = 8, pivot: int = 0,
                  p_key: float = 0.8, p_nokey: float = 0.2, distractors: int = 1, trap: float = 0.0,
-                 expert_key: float = 0.5, max_steps: int | None = None):
+                 expert_key: float = 0.5, max_steps: int | None = None, keys: int = 1):
         if split not in SPLITS:
             raise ValueError(f"keydoor: no split {split!r}; choose one of {list(SPLITS)}")
-        check_params(rooms, pivot, p_key, p_nokey, distractors, trap, expert_key, max_steps or None)
+        check_params(rooms, pivot, p_key, p_nokey, distractors, trap, expert_key, max_steps or None, keys)
+        self.keys = int(keys)
         max_steps = max_steps or 3 * rooms + 2          # 0 / None: the default
         self.split, self.seed = split, int(seed)
         self.rooms, self.pivot, self.distractors = rooms, pivot, distractors
@@ -250,7 +268,7 @@ class KeyDoor:
         for r in range(self.rooms):
             names = [OBJECTS[i] for i in g.choice(len(OBJECTS), size=self.distractors, replace=False)]
             kpos, cpos = int(g.integers(0, self.distractors + 1)), int(g.integers(0, self.distractors + 2))
-            if r == self.pivot:
+            if self.pivot <= r < self.pivot + self.keys:
                 names.insert(kpos, KEY)
             if self.trap > 0 and r == trap_room:
                 names.insert(min(cpos, len(names)), TRAP)
@@ -281,12 +299,12 @@ class KeyDoor:
         here, last = s.items[s.room], self.rooms - 1
         pivotal, reward = "", 0.0
         if a == "go forward" and s.room < last:
-            if s.room == self.pivot and KEY in here:
-                pivotal = "nokey"                        # left the key behind: the failures' decision
+            if KEY in here:
+                pivotal = "nokey"                        # left a key behind: the failures' decision
             s.room += 1
             obs = self._room()
         elif a == "open door" and s.room == last:
-            p = door_chance(s.key, s.trap_taken, self.p_key, self.p_nokey, self.trap)
+            p = door_chance(s.keys, s.trap_taken, self.p_key, self.p_nokey, self.trap, self.keys)
             s.won = bool(self.rng.random() < p)          # the only use of self.rng
             s.done = True
             reward = float(s.won)
@@ -295,7 +313,8 @@ class KeyDoor:
             self._set_items(s.room, _without(here, obj))
             s.held = s.held + (obj,)
             if obj == KEY:
-                s.key, pivotal = True, "key"
+                s.keys, pivotal = s.keys + 1, "key"
+                s.key = s.key or s.room == self.pivot
             elif obj == TRAP:
                 s.trap_taken, pivotal = True, "trap"
             obs = f"You take the {obj}."
@@ -328,7 +347,7 @@ class KeyDoor:
         """The imperfect expert: takes the key if it decided so at reset, never the coin, ignores
         distractors, goes forward and opens the door."""
         s = self.s
-        if s.room == self.pivot and KEY in s.items[s.room] and s.expert_takes_key:
+        if KEY in s.items[s.room] and s.expert_takes_key:
             return f"take {KEY}"
         return "open door" if s.room == self.rooms - 1 else "go forward"
 
@@ -356,7 +375,7 @@ class KeyDoor:
         return {"task": TASK, "task_type": "keydoor", "admissible": self.admissible(),
                 "won": s.won, "score": float(s.won),
                 # ground truth ("key" / "trap" / "nokey" / ""): copied to Turn.truth, never shown to the policy or the judge
-                "pivotal": pivotal, "key_held": s.key, "trap_taken": s.trap_taken}
+                "pivotal": pivotal, "key_held": s.key, "keys_held": s.keys, "trap_taken": s.trap_taken}
 
 
 def _without(xs: tuple, x: str) -> tuple:

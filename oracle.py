@@ -47,8 +47,9 @@ probability that it holds the key then — the lab's headline speed measure) and
 (A* for every turn of a batch of trajectories, the credit of the ladder's `oracle*` arms).
 
 Leaves out: every env but keydoor (no other env's dynamics are known in closed form); the trap's
-coin and the key are the only objects whose taking changes the outcome, and the oracle needs no
-hint of that — it reads the rules by stepping a `keydoor.KeyDoor`.
+coin and the keys (`--env-opt keys=N`) are the only objects whose taking changes the outcome, and
+the oracle needs no hint of that — it reads the rules by stepping a `keydoor.KeyDoor`.
+`p_key_held` follows the pivot room's key (the first) whatever N is.
 """
 from __future__ import annotations
 
@@ -136,7 +137,7 @@ class ModelPolicy:
 # ---------------------------------------------------------------------------------------------
 def _game_key(s: keydoor.State) -> tuple:
     """The rule-relevant part of a keydoor.State (task and the expert's coin are not)."""
-    return (s.room, s.items, s.held, s.key, s.trap_taken, s.steps)
+    return (s.room, s.items, s.held, s.key, s.keys, s.trap_taken, s.steps)
 
 
 @dataclass
@@ -209,7 +210,7 @@ class Oracle:
         if mode == "key_held" and (leaving or s.room > env.pivot):
             return float(s.key), None
         if action == "open door" and s.room == last:
-            return keydoor.door_chance(s.key, s.trap_taken, env.p_key, env.p_nokey, env.trap), None
+            return keydoor.door_chance(s.keys, s.trap_taken, env.p_key, env.p_nokey, env.trap, env.keys), None
         env.s = replace(s)
         obs, _, done, _ = env.step(action)                 # never opens the door: no RNG use
         if done:                                           # the step limit
@@ -223,7 +224,7 @@ class Oracle:
             return float(s.key)
         need = (env.rooms - 1 - s.room) + 1
         ok = env.max_steps - s.steps >= need
-        return keydoor.door_chance(s.key, s.trap_taken, env.p_key, env.p_nokey, env.trap) if ok else 0.0
+        return keydoor.door_chance(s.keys, s.trap_taken, env.p_key, env.p_nokey, env.trap, env.keys) if ok else 0.0
 
     # ---- the DP -------------------------------------------------------------------------------
     def _branches(self, key: tuple) -> list[tuple[float, str, str]]:
@@ -345,6 +346,6 @@ def expected_reward(tr, env_kwargs: dict) -> float:
     if not tr.turns or tr.turns[-1].next_obs not in (keydoor.DOOR_OPENS, keydoor.DOOR_SHUT):
         return 0.0
     env = keydoor.make(split="test", seed=0, **env_kwargs)
-    key = any(tn.truth == "key" for tn in tr.turns)
+    keys = sum(tn.truth == "key" for tn in tr.turns)
     coin = any(tn.truth == "trap" for tn in tr.turns)
-    return keydoor.door_chance(key, coin, env.p_key, env.p_nokey, env.trap)
+    return keydoor.door_chance(keys, coin, env.p_key, env.p_nokey, env.trap, env.keys)

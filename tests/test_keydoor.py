@@ -347,9 +347,9 @@ def test_rollout_groups_and_continuations_draw_independently():
 # ---------------------------------------------------------------------------------------------
 def test_parse_env_opts():
     spec = envs.get_spec("keydoor")
-    assert set(spec.options) == {"rooms", "pivot", "p_key", "p_nokey", "distractors", "trap", "expert_key"}
+    assert set(spec.options) == {"rooms", "pivot", "p_key", "p_nokey", "distractors", "trap", "expert_key", "keys"}
     assert {k: o.default for k, o in spec.options.items()} == dict(
-        rooms=8, pivot=0, p_key=0.8, p_nokey=0.2, distractors=1, trap=0.0, expert_key=0.5)
+        rooms=8, pivot=0, p_key=0.8, p_nokey=0.2, distractors=1, trap=0.0, expert_key=0.5, keys=1)
     got = envs.parse_env_opts(spec, ["rooms=12", "p_key=0.9", "trap=0.25", "pivot=3"])
     assert got == {"rooms": 12, "p_key": 0.9, "trap": 0.25, "pivot": 3}
     env = spec.make(split="train", seed=0, **got)
@@ -357,7 +357,8 @@ def test_parse_env_opts():
     for item, key in [("colour=red", "colour"), ("rooms=abc", "rooms"), ("p_key=1.5", "p_key"),
                       ("p_nokey=nan", "p_nokey"), ("rooms=1", "rooms"), ("rooms=65", "rooms"),
                       ("distractors=5", "distractors"), ("pivot=-1", "pivot"), ("trap=-0.1", "trap"),
-                      ("expert_key=2", "expert_key"), ("rooms=8.5", "rooms")]:
+                      ("expert_key=2", "expert_key"), ("rooms=8.5", "rooms"), ("keys=0", "keys"),
+                      ("keys=5", "keys"), ("keys=1.5", "keys")]:
         with pytest.raises(ValueError) as e:
             envs.parse_env_opts(spec, [item])
         msg = str(e.value)
@@ -368,7 +369,8 @@ def test_make_checks_cross_option_rules():
     for kw, key in [(dict(rooms=8, pivot=8), "pivot"), (dict(rooms=4, pivot=9), "pivot"),
                     (dict(p_key=1.5), "p_key"), (dict(p_nokey=float("nan")), "p_nokey"),
                     (dict(rooms="8"), "rooms"), (dict(distractors=9), "distractors"),
-                    (dict(colour=1), "colour"), (dict(rooms=4, max_steps=2), "max_steps")]:
+                    (dict(colour=1), "colour"), (dict(rooms=4, max_steps=2), "max_steps"),
+                    (dict(rooms=4, pivot=2, keys=3), "keys")]:
         with pytest.raises(ValueError) as e:
             keydoor.make(**kw)
         msg = str(e.value)
@@ -423,3 +425,41 @@ def test_prompts():
     assert "go forward" in chat2 and obs2 in chat2 and "1 step(s)" in chat2
     assert spec.parse("<action>take key</action>") == ("take key", True)
     assert spec.response("go forward") == "<action>go forward</action>"
+
+
+def test_several_keys_lie_in_consecutive_rooms_and_raise_the_door_chance_with_each_held():
+    """keys=3 from pivot 1 in 6 rooms: a key in rooms 2, 3, 4 (1-based), each take labelled "key",
+    each one walked past "nokey"; the door opens with p_nokey + (p_key − p_nokey)·k/3 (exactly
+    p_key / p_nokey at all / none; keys=1 is the single-key game); the layout's other draws are
+    those of the single-key game."""
+    env = keydoor.make(split="test", seed=0, rooms=6, pivot=1, keys=3, distractors=1, p_key=0.9, p_nokey=0.3)
+    one = keydoor.make(split="test", seed=0, rooms=6, pivot=1, keys=1, distractors=1, p_key=0.9, p_nokey=0.3)
+    lay, lay1 = env.layout(5), one.layout(5)
+    assert [KEY in r for r in lay] == [False, True, True, True, False, False]
+    assert [tuple(x for x in r if x != KEY) for r in lay] == [tuple(x for x in r if x != KEY) for r in lay1]
+    assert keydoor.door_chance(0, False, 0.9, 0.3, 0.0, 3) == 0.3 and keydoor.door_chance(3, False, 0.9, 0.3, 0.0, 3) == 0.9
+    assert keydoor.door_chance(1, False, 0.9, 0.3, 0.0, 3) == pytest.approx(0.5)
+    assert keydoor.door_chance(2, True, 0.9, 0.3, 0.5, 3) == pytest.approx(0.35)
+    assert keydoor.door_chance(True, False, 0.9, 0.3, 0.0) == 0.9                 # one key, a bool as before
+    env.reset(5)
+    labels = []
+    for a in ["go forward", "take key", "go forward", "go forward", "take key", "go forward"]:
+        obs, r, done, info = env.step(a)
+        labels.append(info["pivotal"])
+    assert labels == ["", "key", "", "nokey", "key", ""]
+    assert (info["keys_held"], info["key_held"]) == (2, True)                    # the pivot room's key is held
+    # the door's draw uses that chance: with p_key 1, p_nokey 0 and one key of two held it opens on
+    # about half of the reseeded draws, with both always, with none never
+    def opens(takes, n=60):
+        e = keydoor.make(split="test", seed=0, rooms=3, keys=2, distractors=0, p_key=1.0, p_nokey=0.0)
+        won = 0
+        for i in range(n):
+            e.reset(0)
+            e.reseed(1000 + i)
+            for room in range(2):
+                if room in takes:
+                    e.step("take key")
+                e.step("go forward")
+            won += e.step("open door")[1]
+        return won
+    assert opens({0, 1}) == 60 and opens(set()) == 0 and 15 < opens({1}) < 45

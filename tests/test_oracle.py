@@ -61,6 +61,28 @@ def test_corridor_values_and_advantages_equal_a_hand_computation():
     assert orc.max_bound([s0]) == 0.0
 
 
+def test_several_keys_values_and_advantages_equal_a_hand_computation():
+    """keys=2 in rooms 1-2 of 4, each taken with probability q: V(start) = p_nokey + (p_key − p_nokey)·q,
+    taking the first key is worth (1 − q)(p_key − p_nokey)/2 and leaving it −q(p_key − p_nokey)/2
+    (keydoor's analytic values); after one key the second is worth the same; the expected reward of a
+    trajectory counts its keys; lab's p_key_held follows the first key only."""
+    q, pk, pn = 0.3, 0.9, 0.1
+    kw = dict(rooms=4, keys=2, distractors=0, p_key=pk, p_nokey=pn)
+    env, s0 = _start(kw)
+    orc = oracle.Oracle(kw, corridor_policy(q), eps=0.0)
+    v = orc.values([s0])[0]
+    assert v == pytest.approx(pn + (pk - pn) * q)
+    assert orc.turn_q(s0, "take key") - v == pytest.approx((1 - q) * (pk - pn) / 2)
+    assert orc.turn_q(s0, "go forward") - v == pytest.approx(-q * (pk - pn) / 2)
+    assert orc.values([s0], "key_held")[0] == pytest.approx(q)
+    def turn(t, action, nxt, truth):
+        return rollout.Turn(t, "", [], "", action, True, nxt, 0.0, nxt == keydoor.DOOR_SHUT, truth=truth)
+    tr = rollout.Trajectory(0, 0, 0, "", "keydoor", [turn(0, "take key", "You take the key.", "key"),
+                                                     turn(1, "go forward", "", ""), turn(2, "go forward", "", "nokey"),
+                                                     turn(3, "open door", keydoor.DOOR_SHUT, "")], False, 0.0)
+    assert oracle.expected_reward(tr, kw) == pytest.approx(pn + (pk - pn) / 2)
+
+
 def test_corridor_with_the_trap():
     kw = dict(rooms=3, distractors=0, p_key=0.8, p_nokey=0.2, trap=0.5)
     env, s0 = _start(kw)
