@@ -245,6 +245,21 @@ def bc_seed(args, seed: int) -> int:
     return seed if args.warm_start == "per-seed" else 0
 
 
+def run_jobs(jobs: list, warm: list, warm_start, launch, n: int, desc: str, name=str) -> None:
+    """The studies' one run loop: every warm start of `warm` first (each once, `n` side by side),
+    then `launch(job) -> message` for every job, `n` side by side, one progress line per finished
+    job (bench/credit_lab.py, bench/credit_phase.py)."""
+    from tqdm import tqdm
+    with ThreadPoolExecutor(n) as ex:
+        list(ex.map(lambda w: warm_start(*w), warm))
+    bar = tqdm(total=len(jobs), desc=desc)
+    with ThreadPoolExecutor(n) as ex:
+        for j, msg in zip(jobs, ex.map(launch, jobs)):
+            bar.update(1)
+            bar.write(f"{name(j)}: {msg}")
+    bar.close()
+
+
 def warm_dir(args) -> str:
     """Where this study's warm starts are cached and loaded (`train.py --cache-dir`): beside its
     results, so they are committed with the summaries and the next machine loads the same weights."""

@@ -53,7 +53,6 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -486,17 +485,11 @@ def main():
     for j in jobs:                        # a kept summary from another protocol: one line, before any run
         compare.load_summary(kept(j, args), protocol(j, args))
     if not args.report_only:
-        from tqdm import tqdm
         t0 = time.time()
         todo = [j for j in jobs if not done(j, args)]
-        with ThreadPoolExecutor(args.jobs) as ex:      # warm starts first, each once per (rooms, seed)
-            list(ex.map(lambda rs: warm_start(*rs, args), dict.fromkeys((r, s) for r, _, s in todo)))
-        bar = tqdm(total=len(jobs), desc="credit lab runs")
-        with ThreadPoolExecutor(args.jobs) as ex:
-            for j, msg in zip(jobs, ex.map(lambda j: launch(j, args), jobs)):
-                bar.update(1)
-                bar.write(f"{j}: {msg}")
-        bar.close()
+        # warm starts first, each once per (rooms, seed)
+        compare.run_jobs(jobs, list(dict.fromkeys((r, s) for r, _, s in todo)), lambda r, s: warm_start(r, s, args),
+                         lambda j: launch(j, args), args.jobs, "credit lab runs")
         print(f"credit lab: {len(todo)} runs in {(time.time() - t0) / 60:.1f} min")
     print(report(args, jobs))
 

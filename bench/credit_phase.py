@@ -42,7 +42,6 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -317,17 +316,10 @@ def main():
     for j in jobs:                            # a kept summary from another protocol: one line, before any run
         compare.load_summary(kept(j, args), protocol(j, args))
     if not args.report_only:
-        from tqdm import tqdm
         t0 = time.time()
         todo = [j for j in jobs if result(j, args) is None]
-        with ThreadPoolExecutor(args.jobs) as ex:
-            list(ex.map(lambda cs: warm_start(*cs, args), dict.fromkeys((c, s) for c, _, _, s in todo)))
-        bar = tqdm(total=len(jobs), desc="credit phase runs")
-        with ThreadPoolExecutor(args.jobs) as ex:
-            for j, msg in zip(jobs, ex.map(lambda j: launch(j, args), jobs)):
-                bar.update(1)
-                bar.write(f"{name_of(j)}: {msg}")
-        bar.close()
+        compare.run_jobs(jobs, list(dict.fromkeys((c, s) for c, _, _, s in todo)), lambda c, s: warm_start(c, s, args),
+                         lambda j: launch(j, args), args.jobs, "credit phase runs", name_of)
         print(f"credit phase: {len(todo)} runs in {(time.time() - t0) / 60:.1f} min (--jobs {args.jobs} side by side)")
     print(report(args, jobs))
 

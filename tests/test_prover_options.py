@@ -11,6 +11,8 @@ Two kinds of fixture:
     door opens iff the key is held, so V(after skipping the key) = 0 exactly).
 """
 import math
+import os
+import sys
 import random
 from collections import Counter
 
@@ -442,26 +444,10 @@ def test_prover_plus_is_registered_and_overrides(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # The real keydoor env: CRN, adaptive K, alternatives, end to end
 # ---------------------------------------------------------------------------------------------
-class KnownPolicy:
-    """Takes the key with probability q when `take key` is admissible, else goes forward / opens
-    the door (the per-row seeds fix every draw)."""
-
-    def __init__(self, tok, q):
-        self.tok, self.q = tok, q
-
-    def sync(self, model):
-        pass
-
-    def generate(self, prompts, max_new_tokens, temperature, seed=None, row_seeds=None):
-        out = []
-        for i, p in enumerate(prompts):
-            acts = self.tok.decode(p).rsplit("actions:", 1)[-1]
-            a = "open door" if "open door" in acts else "go forward"
-            if "take key" in acts and random.Random(row_seeds[i]).random() < self.q:
-                a = "take key"
-            ids = self.tok(f"<action>{a}</action><|im_end|>", add_special_tokens=False)["input_ids"]
-            out.append(Sample(ids, [0.0] * len(ids)))
-        return out
+# KnownPolicy: takes the key with probability q when `take key` is admissible, else goes forward /
+# opens the door (the per-row seeds fix every draw) — bench/adaptive_bias.py's scripted backend
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+from adaptive_bias import ScriptedPolicy as KnownPolicy  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -684,9 +670,6 @@ def test_adaptive_k_pooled_estimate_is_biased_and_the_fresh_batch_is_not(kd):
     stopping decision and independent of it, is unbiased. Also: the fresh batch has as many
     continuations as the stopping rounds chose, after them (CRN episode ids from k_stop on, which
     `alternatives` pairs with), and costs both batches."""
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
     import adaptive_bias
     pooled = adaptive_bias.measure(0.5, False, "pooled", 150)
     fresh = adaptive_bias.measure(0.5, False, "fresh", 150)
