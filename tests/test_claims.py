@@ -111,7 +111,20 @@ def headline_claims() -> list[tuple[str, str]]:
         ("results/README.md", pv),
         ("results/README.md", ladder),
         ("results/README.md", adaptive_bias_text()),
+        ("results/README.md", phase_text()),
     ]
+
+
+def phase_text() -> str:
+    """The phase screen's row: oracle's speed ratio at each multiplier in the small-gap cell."""
+    cell = "rooms=4,p_key=0.6,p_nokey=0.4"
+    rows = {}
+    for ln in read("results/credit_phase.md").splitlines():
+        c = [x.strip() for x in ln.strip().strip("|").split(" | ")]
+        if ln.startswith(f"| {cell} |") and len(c) > 5 and c[2] == "oracle":
+            rows[c[1]] = c[5]
+    assert f"| {cell} | GRPO's best lr × by AUC: 10 |" in read("results/credit_phase.md")
+    return f"lr ×1: {rows['1']}; lr ×3: {rows['3']}; lr ×10 (GRPO's best by AUC): {rows['10']}"
 
 
 def adaptive_bias_text() -> str:
