@@ -24,39 +24,34 @@ def read(path: str) -> str:
         return f.read()
 
 
-def table(file: str, section: str = "") -> tuple[list[str], dict[str, list[str]]]:
-    """(header cells, {first cell: row cells}) of the first markdown table under `## section`."""
+def rows_of(file: str, section: str = "") -> tuple[list[str], list[list[str]]]:
+    """(header cells, body rows) of the first markdown table under `## section` ("" = the file's first)."""
     text = read(os.path.join("results", file))
     if section:
         m = re.search(rf"^## {re.escape(section)}\s*$", text, re.M)
         assert m, f"{file}: no section '## {section}'"
         text = text[m.end():]
-    lines = [ln for ln in text.splitlines()]
+    lines = text.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("| "))
     rows = []
     for ln in lines[start:]:
         if not ln.startswith("|"):
             break
         rows.append([c.strip() for c in ln.strip().strip("|").split(" | ")])
-    header, body = rows[0], [r for r in rows[2:]]
+    return rows[0], rows[2:]
+
+
+def table(file: str, section: str = "") -> tuple[list[str], dict[str, list[str]]]:
+    """(header cells, {first cell: row cells}) of that table."""
+    header, body = rows_of(file, section)
     return header, {r[0]: r for r in body}
 
 
-def cell(file: str, section: str, row: str, column: str, key_col: int = 0) -> str:
-    header, _ = table(file, section)
-    text = read(os.path.join("results", file))
-    if section:
-        text = text[re.search(rf"^## {re.escape(section)}\s*$", text, re.M).end():]
-    rows = []
-    started = False
-    for ln in text.splitlines():
-        if ln.startswith("|"):
-            started = True
-            rows.append([c.strip() for c in ln.strip().strip("|").split(" | ")])
-        elif started:
-            break
+def cell(file: str, section: str, row: str, column: str) -> str:
+    """The cell of the one row whose first cell is `row`, in the column whose header starts with `column`."""
+    header, body = rows_of(file, section)
     j = next(i for i, h in enumerate(header) if h.startswith(column))
-    hits = [r for r in rows[2:] if r[key_col] == row]
+    hits = [r for r in body if r[0] == row]
     assert len(hits) == 1, f"{file} / {section} / {row}: {len(hits)} rows"
     return hits[0][j]
 
@@ -67,13 +62,11 @@ def number(s: str) -> float:
 
 def gradient(config: str, method: str, column: str) -> str:
     """credit_gradient.md is keyed by (config, policy, method): the warm-start row of `method`."""
-    header, _ = table("credit_gradient.md")
+    header, body = rows_of("credit_gradient.md")
     j = next(i for i, h in enumerate(header) if h.startswith(column))
-    for ln in read("results/credit_gradient.md").splitlines():
-        c = [x.strip() for x in ln.strip().strip("|").split(" | ")]
-        if ln.startswith("| ") and c[0] == config and c[2] == method and "warmstarts" in c[1]:
-            return c[j]
-    raise AssertionError(f"credit_gradient.md: no row {config} {method}")
+    hits = [r for r in body if r[0] == config and r[2] == method and "warmstarts" in r[1]]
+    assert len(hits) == 1, f"credit_gradient.md: {len(hits)} rows {config} {method}"
+    return hits[0][j]
 
 
 AVG = "average over benchmarks"
@@ -116,15 +109,22 @@ def headline_claims() -> list[tuple[str, str]]:
 
 
 def phase_text() -> str:
-    """The phase screen's row: oracle's speed ratio at each multiplier in the small-gap cell."""
-    cell = "rooms=4,p_key=0.6,p_nokey=0.4"
-    rows = {}
-    for ln in read("results/credit_phase.md").splitlines():
-        c = [x.strip() for x in ln.strip().strip("|").split(" | ")]
-        if ln.startswith(f"| {cell} |") and len(c) > 5 and c[2] == "oracle":
-            rows[c[1]] = c[5]
-    assert f"| {cell} | GRPO's best lr × by AUC: 10 |" in read("results/credit_phase.md")
-    return f"lr ×1: {rows['1']}; lr ×3: {rows['3']}; lr ×10 (GRPO's best by AUC): {rows['10']}"
+    """The phase screen's row: oracle's speed ratio and paired Δ AUC (p, Holm over the table's
+    Δ AUC tests) at each multiplier in the small-gap cell."""
+    c0 = "rooms=4,p_key=0.6,p_nokey=0.4"
+    header, body = rows_of("credit_phase.md")
+    col = {k: header.index(k) for k in ("speed (× GRPO's updates)", "Δ AUC vs GRPO", "p", "p (Holm)")}
+    r = {x[1]: x for x in body if x[0] == c0 and x[2] == "oracle"}
+    assert any(x[0] == c0 and x[1] == "GRPO's best lr × by AUC: 10" for x in body)
+    n = sum(x[2] == "oracle" for x in body)                        # the Holm family: every Δ AUC row
+    assert f"Holm's adjustment over the table's {n} Δ AUC tests" in read("results/credit_phase.md")
+    assert f"Holm over the table's {n} Δ AUC tests" in read("results/README.md")
+
+    def one(m):
+        x = r[m]
+        sp, d, p, h = (x[col[k]] for k in ("speed (× GRPO's updates)", "Δ AUC vs GRPO", "p", "p (Holm)"))
+        return f"speed {sp}, Δ AUC {d}, p {p}, Holm {h}"
+    return f"lr ×1: {one('1')}; lr ×3: {one('3')}; lr ×10 (GRPO's best by AUC): {one('10')}"
 
 
 def adaptive_bias_text() -> str:
