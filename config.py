@@ -355,4 +355,7 @@ def validate(cfg: Config) -> dict:
         raise ValueError(f"--oracle-eps {cfg.oracle_eps}: must be >= 0")
     spec = envs.get_spec(cfg.env)
     opts = envs.parse_env_opts(spec, cfg.env_opt)
+    if cfg.env == "keydoor" and opts.get("apples", 0.0) > 0 and cfg.reward != "score":
+        # the apples are in the score only; under --reward success they would change nothing
+        raise ValueError(f"--env-opt apples={opts['apples']}: the apples reward only the score; add --reward score")
     return opts

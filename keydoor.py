@@ -26,6 +26,14 @@ Rules
 * Ground-truth labels (`info["pivotal"]`, kept in `Turn.truth`, never shown to the policy):
   "key" on a turn that takes a key, "trap" on the one that takes the coin, "nokey" on a
   `go forward` that leaves a key room with its key still lying there.
+* Distractor rewards (`apples` = a ≥ 0; 0 = off), after TVT's apples: each "middle" room (after the
+  last key room, before the door room: rooms pivot + keys … rooms − 2, 0-based) hides an apple
+  with chance `APPLE_CHANCE` (1/2), drawn from `self.rng` when the agent enters the room and
+  collected at once (reward a on that step, nothing in the text). No decision changes how many
+  apples come, so they add return variance unrelated to the key: the regime where outcome-based
+  credit is known to fail. The score is then won + a · (apples collected), up to 1 + a·M with M
+  middle rooms; it is the outcome only under `--reward score` (train.py refuses apples > 0 with
+  `--reward success`, where they would change nothing).
 * The key and the coin cannot be dropped (so "took the key" and "holds the key at the door" are
   the same event, and the coin's curse is permanent anyway).
 * In the last room, `open door` ends the episode. The door opens (won, reward 1.0) with
@@ -33,7 +41,8 @@ Rules
         p = (p_nokey + (p_key − p_nokey) · k / N) · ((1 − trap) if the coin was taken else 1)
 
   with k of the N keys held (N = 1: p_key with the key, p_nokey without)
-  drawn from the env's own RNG (`self.rng`), which is consumed only at the door.
+  drawn from the env's own RNG (`self.rng`), which is consumed only at the door (and, with
+  apples on, on entering a middle room).
 * Step limit `max_steps` (default 3·rooms + 2). Every `step` call counts; reaching the limit ends
   the episode as a failure. Text that is not an admissible action answers "Nothing happens."
   (the step still counts); nothing ever raises.
@@ -61,11 +70,14 @@ Every other decision (distractor actions, moves) has advantage 0. With the trap 
 taken with probability q_t (independently of the key), every value is multiplied by
 (1 − q_t·trap); after taking the coin by (1 − trap). With N keys, each taken with probability q
 independently, V(start) has the same form, and taking key j with k keys already held is worth
-A = (1 − q)(p_key − p_nokey)/N (leaving it: −q(p_key − p_nokey)/N). `analytic_value` computes these.
+A = (1 − q)(p_key − p_nokey)/N (leaving it: −q(p_key − p_nokey)/N). With apples, every value gains
+a · APPLE_CHANCE per middle room still ahead (the same for every action that keeps the agent in
+time), so every advantage above is unchanged. `analytic_value` computes these.
 
 What it leaves out
 ------------------
-No intermediate rewards (the TVT apples), no way back along the corridor, no partial credit
+No visible or optional apples (TVT's agent chooses to collect them; here they are automatic, pure
+noise), no way back along the corridor, no partial credit
 (score = won), no visual observations; the test split is 128 fixed tasks, the training split is
 generated (unbounded).
 
@@ -135,15 +147,20 @@ OPTIONS: dict[str, envs.EnvOption] = {
                                  "warm-start expert: chance it takes the key in an episode"),
     "keys": envs.EnvOption(int, 1, envs.in_range(1, 4),
                            "keys, one in each room from pivot on; the door's chance rises linearly with the keys held"),
+    "apples": envs.EnvOption(float, 0.0, envs.in_range(0.0, 1.0),
+                             "distractor reward: each middle room hides an apple (chance 1/2) worth this much "
+                             "(score = won + apples; needs --reward score; 0 = off)"),
 }
+APPLE_CHANCE = 0.5
 
 
 def check_params(rooms: int, pivot: int, p_key: float, p_nokey: float, distractors: int,
-                 trap: float, expert_key: float, max_steps: int | None = None, keys: int = 1) -> None:
+                 trap: float, expert_key: float, max_steps: int | None = None, keys: int = 1,
+                 apples: float = 0.0) -> None:
     """Each option's own check plus the rules across options; ValueError with one line naming
     the option. (parse_env_opts already checks each option alone; this also covers direct calls.)"""
     vals = dict(rooms=rooms, pivot=pivot, p_key=p_key, p_nokey=p_nokey, distractors=distractors,
-                trap=trap, expert_key=expert_key, keys=keys)
+                trap=trap, expert_key=expert_key, keys=keys, apples=apples)
     for k, v in vals.items():
         opt = OPTIONS[k]
         ok_type = (isinstance(v, int) and not isinstance(v, bool)) if opt.type is int else \
@@ -171,6 +188,16 @@ def check_params(rooms: int, pivot: int, p_key: float, p_nokey: float, distracto
 # ---------------------------------------------------------------------------------------------
 # Analytic values
 # ---------------------------------------------------------------------------------------------
+def middle_rooms(rooms: int, pivot: int = 0, keys: int = 1) -> range:
+    """The 0-based rooms that may hide an apple: after the last key room, before the door room."""
+    return range(pivot + keys, rooms - 1)
+
+
+def apples_ahead(room: int, rooms: int, pivot: int = 0, keys: int = 1) -> int:
+    """Middle rooms still to enter from `room` (each worth apples · APPLE_CHANCE in expectation)."""
+    return sum(1 for r in middle_rooms(rooms, pivot, keys) if r > room)
+
+
 def door_chance(key: int, trap_taken: bool, p_key: float, p_nokey: float, trap: float, keys: int = 1) -> float:
     """The door's chance to open given what is held: `key` = keys held (a bool for one key) of
     `keys`; p_nokey + (p_key − p_nokey)·key/keys, exactly p_key / p_nokey at all / none."""
@@ -233,6 +260,7 @@ class State:
     done: bool = False
     won: bool = False
     expert_takes_key: bool = False         # the imperfect expert's decision for this episode
+    apple_score: float = 0.0               # apples collected × their worth (no effect on what follows)
 
 
 class KeyDoor:
@@ -241,11 +269,12 @@ class KeyDoor:
 
     def __init__(self, split: str = "train", seed: int = 0, rooms: int = 8, pivot: int = 0,
                  p_key: float = 0.8, p_nokey: float = 0.2, distractors: int = 1, trap: float = 0.0,
-                 expert_key: float = 0.5, max_steps: int | None = None, keys: int = 1):
+                 expert_key: float = 0.5, max_steps: int | None = None, keys: int = 1, apples: float = 0.0):
         if split not in SPLITS:
             raise ValueError(f"keydoor: no split {split!r}; choose one of {list(SPLITS)}")
-        check_params(rooms, pivot, p_key, p_nokey, distractors, trap, expert_key, max_steps or None, keys)
-        self.keys = int(keys)
+        check_params(rooms, pivot, p_key, p_nokey, distractors, trap, expert_key, max_steps or None, keys, apples)
+        self.keys, self.apples = int(keys), float(apples)
+        self.middle = frozenset(middle_rooms(rooms, pivot, keys)) if apples > 0 else frozenset()
         max_steps = max_steps or 3 * rooms + 2          # 0 / None: the default
         self.split, self.seed = split, int(seed)
         self.rooms, self.pivot, self.distractors = rooms, pivot, distractors
@@ -303,9 +332,12 @@ class KeyDoor:
                 pivotal = "nokey"                        # left a key behind: the failures' decision
             s.room += 1
             obs = self._room()
+            if s.room in self.middle and self.rng.random() < APPLE_CHANCE:   # a hidden apple: no text
+                reward = self.apples
+                s.apple_score += self.apples
         elif a == "open door" and s.room == last:
             p = door_chance(s.keys, s.trap_taken, self.p_key, self.p_nokey, self.trap, self.keys)
-            s.won = bool(self.rng.random() < p)          # the only use of self.rng
+            s.won = bool(self.rng.random() < p)          # the only use of self.rng (but the apples')
             s.done = True
             reward = float(s.won)
             obs = DOOR_OPENS if s.won else DOOR_SHUT
@@ -373,7 +405,7 @@ class KeyDoor:
     def _info(self, pivotal: str) -> dict:
         s = self.s
         return {"task": TASK, "task_type": "keydoor", "admissible": self.admissible(),
-                "won": s.won, "score": float(s.won),
+                "won": s.won, "score": float(s.won) + s.apple_score,      # = won unless apples are on
                 # ground truth ("key" / "trap" / "nokey" / ""): copied to Turn.truth, never shown to the policy or the judge
                 "pivotal": pivotal, "key_held": s.key, "keys_held": s.keys, "trap_taken": s.trap_taken}
 

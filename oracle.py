@@ -7,10 +7,15 @@ only randomness after reset is the door's draw, whose chance is a known function
 So the policy's value can be computed instead of estimated:
 
     V^π(n)    = Σ_a π(a | n) · Q^π(n, a)
-    Q^π(n, a) = door_chance(key, coin)                   a = "open door" in the last room
-              = 0                                        the step limit ends the episode
-              = V^π(child(n, a))                         otherwise
+    Q^π(n, a) = r̄(n, a) + door_chance(key, coin)         a = "open door" in the last room
+              = r̄(n, a)                                 the step limit ends the episode
+              = r̄(n, a) + V^π(child(n, a))              otherwise
     A*(n, a)  = Q^π(n, a) − V^π(n)
+
+with r̄(n, a) the expected reward of the step itself: 0, but a · APPLE_CHANCE for a move into a
+middle room when keydoor's distractor rewards are on (`apples` = a; the value is then the expected
+score, won + apples, which is the outcome the run trains on under --reward score). The apple's draw
+is not part of the node: it changes nothing that follows.
 
 over **nodes** n = what the policy's prompt is built from plus what the rules need: the game
 state (room, objects in every room, held objects, key, coin, steps taken) and the prompt's view
@@ -39,8 +44,8 @@ Approximations, each with a stated bound:
 * **Pruning.** A child whose summed reach probability from the roots falls below `eps` is not
   expanded; it is valued by the walk-out fallback (door chance with what is held if the remaining
   steps suffice to walk to the door and open it, else 0). Values lie in [0, 1], so the error of a
-  value is at most the probability mass that reaches pruned nodes; `Oracle.bound[n]` backs that
-  bound up exactly (eps = 0: no pruning, bound 0).
+  value is at most the probability mass that reaches pruned nodes (times 1 + a·M, the largest
+  score, with apples on); `Oracle.bound[n]` backs that bound up exactly (eps = 0: no pruning, bound 0).
 
 Also here: `p_key_held` (the same DP, stopped when the agent leaves the pivot room: the
 probability that it holds the key then — the lab's headline speed measure) and `advantages`
@@ -159,6 +164,8 @@ class Oracle:
                  max_nodes: int = 2_000_000):
         self.env = keydoor.make(split="test", seed=0, **env_kwargs)    # the rules only; split/seed unused
         self.policy, self.h, self.eps, self.max_nodes = policy, int(history_len), float(eps), max_nodes
+        # the largest value (the score's range): the error bound of a pruned node
+        self.top = 1.0 + self.env.apples * len(self.env.middle)
         self.reset()
 
     def reset(self) -> None:
@@ -194,7 +201,7 @@ class Oracle:
                           pad + n.window, n.state.steps)
 
     def step(self, key: tuple, action: str, text: str | None = None, mode: str = "success"):
-        """One transition: (terminal value, None) or (None, child key). `text`: the history entry
+        """One transition: (terminal value, None) or (the step's expected reward r̄, child key). `text`: the history entry
         (the parsed action; default `action`). Memoised: the DP asks for each one twice (expanding
         a level, then backing values up)."""
         memo = (key, action, text, mode)
@@ -212,10 +219,13 @@ class Oracle:
         if action == "open door" and s.room == last:
             return keydoor.door_chance(s.keys, s.trap_taken, env.p_key, env.p_nokey, env.trap, env.keys), None
         env.s = replace(s)
-        obs, _, done, _ = env.step(action)                 # never opens the door: no RNG use
+        obs, _, done, _ = env.step(action)                 # never opens the door (an apple's draw may use the RNG)
+        # the expected apple of a move into a middle room (the draw itself is noise, not state)
+        r = env.apples * keydoor.APPLE_CHANCE if (mode == "success" and env.s.room != s.room
+                                                  and env.s.room in env.middle) else 0.0
         if done:                                           # the step limit
-            return (float(env.s.key) if mode == "key_held" else 0.0), None
-        return None, self._register(env.s, obs, self._window(n.window + ((n.obs, action if text is None else text),)))
+            return (float(env.s.key) if mode == "key_held" else r), None
+        return r, self._register(env.s, obs, self._window(n.window + ((n.obs, action if text is None else text),)))
 
     def _fallback(self, key: tuple, mode: str) -> float:
         """Value of a pruned node: walk out (go forward to the door and open it) if the steps allow."""
@@ -224,7 +234,8 @@ class Oracle:
             return float(s.key)
         need = (env.rooms - 1 - s.room) + 1
         ok = env.max_steps - s.steps >= need
-        return keydoor.door_chance(s.keys, s.trap_taken, env.p_key, env.p_nokey, env.trap, env.keys) if ok else 0.0
+        apples = env.apples * keydoor.APPLE_CHANCE * keydoor.apples_ahead(s.room, env.rooms, env.pivot, env.keys)
+        return keydoor.door_chance(s.keys, s.trap_taken, env.p_key, env.p_nokey, env.trap, env.keys) + apples if ok else 0.0
 
     # ---- the DP -------------------------------------------------------------------------------
     def _branches(self, key: tuple) -> list[tuple[float, str, str]]:
@@ -263,7 +274,7 @@ class Oracle:
             keep = {c: m for c, m in children.items() if m >= self.eps}
             for c, m in children.items():
                 if m < self.eps:
-                    V[c], B[c] = self._fallback(c, mode), 1.0
+                    V[c], B[c] = self._fallback(c, mode), self.top
                     self.stats["pruned_mass"] += m
             frontier = keep
         for level in reversed(levels):                     # back up, deepest level first
@@ -274,7 +285,7 @@ class Oracle:
                     if child is None:
                         v += p * val
                     else:
-                        v += p * V[child]
+                        v += p * (val + V[child])
                         b += p * B[child]
                 V[k], B[k] = v, b
         self.stats["levels"] = max(self.stats["levels"], len(levels))
@@ -294,7 +305,7 @@ class Oracle:
             val, child = self.step(key, a, None, mode)
             if child is not None:
                 self.solve([child], mode)
-                val = self.value[mode][child]
+                val += self.value[mode][child]
             out[a] = val
         return out
 
@@ -306,7 +317,7 @@ class Oracle:
         if child is None:
             return val
         self.solve([child], mode)
-        return self.value[mode][child]
+        return val + self.value[mode][child]
 
     def advantages(self, groups) -> list:
         """A*[g][i][t] = Q^π(s_t, a_t) − V^π(s_t) for every turn of every trajectory (turns need
@@ -330,7 +341,7 @@ class Oracle:
                 for tn in tr.turns:
                     k = self.node_of(tn.state)
                     val, child = self.step(k, tn.action, tn.action)
-                    row.append((val if child is None else V[child]) - V[k])
+                    row.append((val if child is None else val + V[child]) - V[k])
                 out[-1].append(row)
         return out
 
@@ -340,12 +351,16 @@ class Oracle:
 
 def expected_reward(tr, env_kwargs: dict) -> float:
     """E[R | the trajectory's decisions]: the door's chance with what was held when the door was
-    opened, 0 if the episode ran out of steps — the door's draw removed (outcome noise only). What
+    opened, 0 if the episode ran out of steps, plus a · APPLE_CHANCE per middle room entered with
+    apples on — the door's and the apples' draws removed (outcome noise only). What
     was held comes from the turns' truth labels (the key and the coin cannot be dropped), so it
     needs no env snapshots (evaluation rollouts keep none)."""
-    if not tr.turns or tr.turns[-1].next_obs not in (keydoor.DOOR_OPENS, keydoor.DOOR_SHUT):
-        return 0.0
     env = keydoor.make(split="test", seed=0, **env_kwargs)
+    # the k-th move that is answered with a room (not "Nothing happens.") enters room k
+    moved = sum(tn.action == "go forward" and tn.next_obs != keydoor.NOTHING for tn in (tr.turns or []))
+    apples = env.apples * keydoor.APPLE_CHANCE * sum(1 for r in env.middle if r <= moved)
+    if not tr.turns or tr.turns[-1].next_obs not in (keydoor.DOOR_OPENS, keydoor.DOOR_SHUT):
+        return apples
     keys = sum(tn.truth == "key" for tn in tr.turns)
     coin = any(tn.truth == "trap" for tn in tr.turns)
-    return keydoor.door_chance(keys, coin, env.p_key, env.p_nokey, env.trap, env.keys)
+    return keydoor.door_chance(keys, coin, env.p_key, env.p_nokey, env.trap, env.keys) + apples

@@ -347,9 +347,10 @@ def test_rollout_groups_and_continuations_draw_independently():
 # ---------------------------------------------------------------------------------------------
 def test_parse_env_opts():
     spec = envs.get_spec("keydoor")
-    assert set(spec.options) == {"rooms", "pivot", "p_key", "p_nokey", "distractors", "trap", "expert_key", "keys"}
+    assert set(spec.options) == {"rooms", "pivot", "p_key", "p_nokey", "distractors", "trap", "expert_key", "keys",
+                                 "apples"}
     assert {k: o.default for k, o in spec.options.items()} == dict(
-        rooms=8, pivot=0, p_key=0.8, p_nokey=0.2, distractors=1, trap=0.0, expert_key=0.5, keys=1)
+        rooms=8, pivot=0, p_key=0.8, p_nokey=0.2, distractors=1, trap=0.0, expert_key=0.5, keys=1, apples=0.0)
     got = envs.parse_env_opts(spec, ["rooms=12", "p_key=0.9", "trap=0.25", "pivot=3"])
     assert got == {"rooms": 12, "p_key": 0.9, "trap": 0.25, "pivot": 3}
     env = spec.make(split="train", seed=0, **got)
@@ -358,7 +359,8 @@ def test_parse_env_opts():
                       ("p_nokey=nan", "p_nokey"), ("rooms=1", "rooms"), ("rooms=65", "rooms"),
                       ("distractors=5", "distractors"), ("pivot=-1", "pivot"), ("trap=-0.1", "trap"),
                       ("expert_key=2", "expert_key"), ("rooms=8.5", "rooms"), ("keys=0", "keys"),
-                      ("keys=5", "keys"), ("keys=1.5", "keys")]:
+                      ("keys=5", "keys"), ("keys=1.5", "keys"), ("apples=1.5", "apples"),
+                      ("apples=-0.1", "apples"), ("apples=many", "apples")]:
         with pytest.raises(ValueError) as e:
             envs.parse_env_opts(spec, [item])
         msg = str(e.value)
@@ -463,3 +465,51 @@ def test_several_keys_lie_in_consecutive_rooms_and_raise_the_door_chance_with_ea
             won += e.step("open door")[1]
         return won
     assert opens({0, 1}) == 60 and opens(set()) == 0 and 15 < opens({1}) < 45
+
+
+def test_apples_are_hidden_random_rewards_in_the_middle_rooms_only():
+    """apples=0.25, rooms 6, keys 2 from pivot 0: the middle rooms are 2..4 (0-based); entering one
+    pays 0.25 with chance 1/2 (drawn from the env's RNG), nothing else does, the text is that of the
+    apple-free game, the score is won + the apples, and a snapshot replays the same apples."""
+    assert list(keydoor.middle_rooms(6, 0, 2)) == [2, 3, 4] and keydoor.apples_ahead(2, 6, 0, 2) == 2
+    kw = dict(split="test", seed=0, rooms=6, keys=2, distractors=1, p_key=1.0, p_nokey=1.0)
+    env, plain = keydoor.make(apples=0.25, **kw), keydoor.make(**kw)
+    plan = ["take key", "go forward", "take key"] + ["go forward"] * 4 + ["open door"]
+    per_room, scores = {r: 0 for r in range(6)}, []
+    for ep in range(400):
+        env.reset(ep % 128), plain.reset(ep % 128)
+        env.reseed(ep), plain.reseed(ep)
+        total = 0.0
+        for a in plan:
+            room = env.s.room
+            obs, r, done, info = env.step(a)
+            obs0, r0, _, info0 = plain.step(a)
+            assert obs == obs0 and info["pivotal"] == info0["pivotal"]      # the apples leave no trace in the text
+            if r and a == "go forward":
+                assert r == 0.25 and env.s.room in (2, 3, 4) and env.s.room == room + 1
+                per_room[env.s.room] += 1
+            total += r
+        assert info["won"] and info["score"] == pytest.approx(total) == pytest.approx(1.0 + env.s.apple_score)
+        scores.append(info["score"])
+    assert per_room[0] == per_room[1] == per_room[5] == 0
+    assert all(140 < per_room[r] < 260 for r in (2, 3, 4)), per_room           # chance 1/2 each (400 entries)
+    assert plain.s.apple_score == 0.0 and keydoor.make(**kw).apples == 0.0
+    # a snapshot holds the RNG: restoring it replays the same apples
+    env.reset(3), env.reseed(7)
+    env.step("take key"), env.step("go forward"), env.step("take key")
+    snap = env.snapshot()
+    first = [env.step("go forward")[1] for _ in range(3)]
+    env.restore(snap)
+    assert [env.step("go forward")[1] for _ in range(3)] == first
+
+
+def test_apples_need_the_score_reward():
+    """--env-opt apples=... under --reward success would train on nothing the apples change: one clear
+    error before set-up; with --reward score the config passes."""
+    import config
+    cfg = config.parse_args(["--env", "keydoor", "--env-opt", "apples=0.2"])
+    with pytest.raises(ValueError) as e:
+        config.validate(cfg)
+    assert "apples" in str(e.value) and "--reward score" in str(e.value) and "\n" not in str(e.value)
+    cfg = config.parse_args(["--env", "keydoor", "--env-opt", "apples=0.2", "--reward", "score"])
+    assert config.validate(cfg)["apples"] == 0.2

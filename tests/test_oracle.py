@@ -83,6 +83,55 @@ def test_several_keys_values_and_advantages_equal_a_hand_computation():
     assert oracle.expected_reward(tr, kw) == pytest.approx(pn + (pk - pn) / 2)
 
 
+def test_apples_add_their_expectation_to_every_value_and_leave_the_advantages_alone():
+    """apples=0.3 in rooms 5 (middle rooms 1..3): V(start) = q·p_key + (1 − q)·p_nokey + 3 · 0.3 · 1/2
+    and A*(take key), A*(go forward) are those of the apple-free game; with wasted steps and a binding
+    step limit the oracle's V equals the real env's mean score over many episodes of the same policy
+    (Monte Carlo, 4 SE); oracle-rb's expected reward counts the apples of the rooms entered."""
+    q, pk, pn, a = 0.4, 0.9, 0.3, 0.3
+    kw = dict(rooms=5, distractors=0, p_key=pk, p_nokey=pn, apples=a)
+    env, s0 = _start(kw)
+    orc = oracle.Oracle(kw, corridor_policy(q), eps=0.0)
+    v = orc.values([s0])[0]
+    assert v == pytest.approx(q * pk + (1 - q) * pn + 3 * a * keydoor.APPLE_CHANCE)
+    assert orc.turn_q(s0, "take key") - v == pytest.approx((1 - q) * (pk - pn))
+    assert orc.turn_q(s0, "go forward") - v == pytest.approx(-q * (pk - pn))
+    assert orc.values([s0], "key_held")[0] == pytest.approx(q)                  # p_key_held ignores the apples
+    # a binding limit (7 steps for 5 rooms) and a policy that wastes steps: against the real env
+    kw7 = dict(kw, max_steps=7)
+    env, s0 = _start(kw7)
+    pol = corridor_policy(q, f=0.6)
+    v = oracle.Oracle(kw7, pol, eps=0.0).values([s0])[0]
+    import numpy as np
+    rng, scores = np.random.default_rng(0), []
+    for ep in range(6000):
+        env.restore(s0.env_snap)
+        env.reseed(ep)
+        view = s0
+        while True:
+            probs = pol([view])[0]
+            acts, ps = list(probs), list(probs.values())
+            ps.append(max(0.0, 1 - sum(ps)))
+            i = rng.choice(len(ps), p=np.array(ps) / sum(ps))
+            act = acts[i] if i < len(acts) else ""
+            obs, _, done, info = env.step(act)
+            if done:
+                break
+            view = rollout.AgentState(None, obs, info, view.history + ((view.obs, act),), view.step + 1)
+        scores.append(info["score"])
+    se = float(np.std(scores)) / math.sqrt(len(scores))
+    assert abs(float(np.mean(scores)) - v) < 4 * se, (np.mean(scores), v, se)
+    def turn(t, action, nxt, truth=""):
+        return rollout.Turn(t, "", [], "", action, True, nxt, 0.0, False, truth=truth)
+    moves = [turn(0, "go forward", "room", "nokey"), turn(1, "go forward", keydoor.NOTHING),
+             turn(2, "go forward", "room")]                                   # rooms 1 and 2 entered; out of steps
+    tr = rollout.Trajectory(0, 0, 0, "", "keydoor", moves, False, 0.0)
+    assert oracle.expected_reward(tr, kw) == pytest.approx(2 * a * keydoor.APPLE_CHANCE)
+    tr.turns = moves + [turn(3, "go forward", "room"), turn(4, "go forward", "room"),
+                        turn(5, "open door", keydoor.DOOR_SHUT)]
+    assert oracle.expected_reward(tr, kw) == pytest.approx(pn + 3 * a * keydoor.APPLE_CHANCE)
+
+
 def test_corridor_with_the_trap():
     kw = dict(rooms=3, distractors=0, p_key=0.8, p_nokey=0.2, trap=0.5)
     env, s0 = _start(kw)
