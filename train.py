@@ -256,7 +256,17 @@ def update(tr: Trainer, groups: list, adv: list, step: int) -> dict:
     ustats = grpo.update(tr.model, tr.opt, rows, tr.ucfg, tr.tok.pad_token_id, tr.ref)
     tr.run.agent.counter["train/skipped_nonfinite"] += ustats["train/skipped_nonfinite"]
     tr.gen.sync(tr.model)
-    return {**ustats, "train/lr": lr}
+    return {**ustats, **adv_stats(adv), "train/lr": lr}
+
+
+def adv_stats(adv: list) -> dict:
+    """The advantages this update trained on, per turn (adv[g][i][t]): their mean |A|, extremes and
+    share below 0 — what AdamW sees of the credit's scale (the lab compares them across methods)."""
+    xs = [a for group in adv for traj in group for a in traj]
+    if not xs:
+        return {}
+    return {"adv/abs_mean": sum(map(abs, xs)) / len(xs), "adv/max": max(xs), "adv/min": min(xs),
+            "adv/neg_share": sum(a < 0 for a in xs) / len(xs)}
 
 
 def lr_at(cfg: Config, step: int) -> float:

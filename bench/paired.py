@@ -26,8 +26,8 @@ with a 95% Welch t CI, D̄ ± t_ν · √(Σ_e s_e²/n_e)/E, ν by Welch–Satte
 spread on its own)
 and the stratified sign-flip p (the signs flipped independently in every benchmark; exact over the
 2^N patterns for N = Σ n_e ≤ 16 seeds in all, else `n_random` random ones).
-Multiplicity: `holm` adjusts the p-values of one family (the caller names the family); the
-tables' generators do not apply it yet (each row's p is raw).
+Multiplicity: `holm` adjusts the p-values of one family and `holm_family` a dict of tests; each
+table's generator names its family and prints the adjusted p beside the raw one.
 """
 from __future__ import annotations
 

@@ -49,3 +49,31 @@ def test_a_real_screen_runs_resumes_and_reports(tmp_path):
     r2 = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r2.returncode == 0 and r2.stdout.count("skipped (done)") + r2.stderr.count("skipped (done)") == 2
     assert (tmp_path / "credit_phase.md").read_text().split("Command:")[1] == md.split("Command:")[1]
+    # the ladder on the same study reuses the screen's GRPO and oracle runs and trains only ProVer
+    lad = [sys.executable, os.path.join(ROOT, "bench", "credit_ladder.py"), "--regimes", "rooms=3,group_size=2,tasks_per_iter=2@1",
+           "--methods", "grpo", "oracle", "prover", "--seeds", "0", "--iters", "2", "--out", str(tmp_path),
+           "--", "--bc-episodes", "20", "--bc-steps", "20"]
+    r3 = subprocess.run(lad, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r3.returncode == 0, r3.stderr[-800:]
+    assert r3.stdout.count("skipped (done)") + r3.stderr.count("skipped (done)") == 2
+    import csv
+    rows = list(csv.DictReader(open(tmp_path / "credit_ladder.csv")))
+    assert [r["method"] for r in rows] == ["grpo", "oracle", "prover"]
+    assert {"regime", "method", "seed", "auc", "updates_to_grpo_final", "tokens_per_update"} <= set(rows[0])
+    assert float(rows[0]["tokens_ratio"]) == 1.0 and float(rows[2]["tokens_per_update"]) > 0
+    assert (tmp_path / "credit_ladder.png").stat().st_size > 5000
+
+
+def test_credit_efficiency_and_the_half_test_are_the_hand_computations():
+    import credit_ladder
+    g = {0: 0.5, 1: 0.6, 2: 0.4}
+    o = {0: 0.9, 1: 0.8, 2: 0.8}                   # oracle's gains 0.4, 0.2, 0.4 (mean 1/3)
+    m = {0: 0.7, 1: 0.6, 2: 0.6}                   # the method's 0.2, 0, 0.2 (mean 2/15)
+    e = credit_ladder.efficiency(m, g, o)
+    assert e["mean"] == pytest.approx((0.4 / 3) / (1.0 / 3)) and e["n"] == 3 and e["lo"] <= e["mean"] <= e["hi"]
+    h = credit_ladder.half_test(m, g, o)           # d = gain − ½ oracle's gain = 0, −0.1, 0
+    assert h["mean"] == pytest.approx(-0.1 / 3) and h["n"] == 3
+    assert credit_ladder.parse_regime("rooms=4,p_nokey=0.4@10") == ("rooms=4,p_nokey=0.4", 10.0)
+    assert credit_ladder.parse_regime("rooms=4") == ("rooms=4", 1.0)
+    with pytest.raises(SystemExit, match="multiplier"):
+        credit_ladder.parse_regime("rooms=4@fast")
