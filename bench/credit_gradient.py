@@ -4,12 +4,14 @@ against the exact-credit gradient, at a fixed policy (COCOA's measure, free of t
     python bench/credit_gradient.py                                  # rooms 4, the rooms-16 seed-0 warm start
     python bench/credit_gradient.py --rooms 4 8 --repeats 16 --ref-batches 32
     python bench/credit_gradient.py --rooms 16 --policy results/checkpoints/keydoor-r16-grpo-s0-u15
+    python bench/credit_gradient.py --config rooms=4,p_key=0.6,p_nokey=0.4 --policy WARM_START   # a ladder regime
 
 Resumable: rows are written to the csv after every method, and a later call reuses every row whose
 (config, policy, method, batches, g* batches, tasks, G) it repeats (the batches are seeded by their
 index, so a reused row is the row this call would compute).
 
-Procedure, per configuration (keydoor `rooms`) and policy (a model folder, `--policy`):
+Procedure, per configuration (keydoor `rooms`, or `--config`: comma-separated keydoor options, as
+bench/credit_phase.py's cells) and policy (a model folder, `--policy`):
     1. the reference g* = mean over `--ref-batches` independent batches of the exact-credit
        gradient  ĝ_oracle = (1/N) Σ_turns A*(s_t, a_t) ∇ log π(a_t | s_t)   (N = action tokens,
        token-mean as the trainer's loss at ratio 1); A* from oracle.py for this policy
@@ -104,6 +106,9 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n", 2)[2])
     ap.add_argument("--rooms", type=int, nargs="+", default=[4])
+    ap.add_argument("--config", nargs="+", default=[],
+                    help="configurations as comma-separated keydoor options (e.g. rooms=4,p_key=0.6,p_nokey=0.4); "
+                         "replaces --rooms when given")
     ap.add_argument("--policy", nargs="+", default=[DEFAULT_POLICY], help="model folders (warm starts, checkpoints)")
     ap.add_argument("--methods", nargs="+", default=METHODS)
     ap.add_argument("--repeats", type=int, default=8, help="batches per method")
@@ -122,30 +127,36 @@ def main(argv=None) -> None:
     out_rows, t0 = load_rows(args.out + ".csv"), time.time()
     done = {row_key(r) for r in out_rows}
     from tqdm import tqdm
-    for rooms in args.rooms:
+    configs = args.config or [f"rooms={r}" for r in args.rooms]
+    for conf in configs:                         # checked before any policy is loaded
+        try:
+            config.validate(config.parse_args(["--env", "keydoor", *[x for o in conf.split(",") for x in ("--env-opt", o)]]))
+        except (ValueError, SystemExit) as e:
+            raise SystemExit(f"credit_gradient: --config {conf}: {e}")
+    for conf in configs:
         for pol in args.policy:
-            cfg = config.parse_args(["--env", "keydoor", "--env-opt", f"rooms={rooms}", "--model", pol,
+            cfg = config.parse_args(["--env", "keydoor", *[x for o in conf.split(",") for x in ("--env-opt", o)], "--model", pol,
                                      "--tasks-per-iter", str(args.tasks), "--group-size", str(args.group),
                                      "--device", "cpu"])
             config.validate(cfg)
             import tempfile
-            cfg.out = tempfile.mkdtemp(prefix=f"credit_gradient-r{rooms}-")   # segments.md etc.: scratch
+            cfg.out = tempfile.mkdtemp(prefix="credit_gradient-")   # segments.md etc.: scratch
             cfg.chat_prompt = False
             tr = train.setup(cfg, lambda *a, **k: None)
             tr.run.agent.compact = True           # the tiny policy's own prompt (a --model run defaults to chat)
             tr.run.judge = build.judge_setup(dataclasses.replace(cfg, method="prover"), tr.model, tr.tok)
             name = os.path.relpath(pol, ROOT)
-            todo = [m for m in args.methods if row_key({"config": f"rooms={rooms}", "policy": name, "method": m,
+            todo = [m for m in args.methods if row_key({"config": conf, "policy": name, "method": m,
                                                         "batches": args.repeats, "ref_batches": args.ref_batches,
                                                         "tasks": args.tasks, "group": args.group}) not in done]
             if not todo:
-                print(f"rooms={rooms} {name}: every method done (reused from {args.out}.csv)")
+                print(f"{conf} {name}: every method done (reused from {args.out}.csv)")
                 continue
-            ref = [batch(tr, "oracle", 10_000 + b, tr.run)[0] for b in tqdm(range(args.ref_batches), desc=f"r{rooms} g*", mininterval=5)]
+            ref = [batch(tr, "oracle", 10_000 + b, tr.run)[0] for b in tqdm(range(args.ref_batches), desc=f"{conf} g*", mininterval=5)]
             g_star = torch.stack(ref).mean(0)
             for m in todo:
                 gs, toks = [], []
-                for b in tqdm(range(args.repeats), desc=f"r{rooms} {m}", mininterval=5):
+                for b in tqdm(range(args.repeats), desc=f"{conf} {m}", mininterval=5):
                     g, n = batch(tr, m, b, tr.run)
                     gs.append(g)
                     toks.append(n)
@@ -154,7 +165,7 @@ def main(argv=None) -> None:
                 noise = ((G - mean) ** 2).sum(1).mean()
                 cs = [cos(g, g_star) for g in gs]
                 mc = sum(cs) / len(cs)
-                out_rows.append({"config": f"rooms={rooms}", "policy": name, "method": m, "tokens": sum(toks) / len(toks),
+                out_rows.append({"config": conf, "policy": name, "method": m, "tokens": sum(toks) / len(toks),
                                  "cosine": mc, "cosine_sd": math.sqrt(sum((c - mc) ** 2 for c in cs) / max(1, len(cs) - 1)),
                                  "bias": 1 - cos(mean, g_star), "snr": float(mean.norm() ** 2 / noise) if noise > 0 else float("inf"),
                                  "batches": len(gs), "ref_batches": args.ref_batches, "tasks": args.tasks, "group": args.group})
@@ -167,7 +178,9 @@ def main(argv=None) -> None:
 def write(args, out_rows: list[dict], seconds: float) -> None:
     """The csv and the md table, rows ordered by config, policy and the ladder's method order."""
     order = {m: i for i, m in enumerate(METHODS)}
-    out_rows.sort(key=lambda r: (int(r["config"].split("=")[1]), r["policy"], order.get(r["method"], len(order))))
+    def rooms_of(c: str) -> int:
+        return next((int(x.split("=")[1]) for x in c.split(",") if x.startswith("rooms=")), 8)
+    out_rows.sort(key=lambda r: (rooms_of(r["config"]), r["config"], r["policy"], order.get(r["method"], len(order))))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)

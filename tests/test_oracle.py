@@ -368,3 +368,9 @@ def test_credit_gradient_resumes_from_its_csv(tmp_path):
     credit_gradient.main([*base, "--methods", "oracle", "--out", b])
     alone = credit_gradient.load_rows(b + ".csv")[0]
     assert alone["cosine"] == pytest.approx(rows[1]["cosine"], abs=1e-4) and alone["snr"] == pytest.approx(rows[1]["snr"], rel=1e-3)
+    # --config: any keydoor options, named as given; a bad one fails in one line before any model loads
+    c = str(tmp_path / "c")
+    credit_gradient.main([*base[2:], "--config", "rooms=2,p_nokey=0.4", "--methods", "grpo", "--out", c])
+    assert [r["config"] for r in credit_gradient.load_rows(c + ".csv")] == ["rooms=2,p_nokey=0.4"]
+    with pytest.raises(SystemExit, match="--config rooms=2,p_key=7: .*p_key"):
+        credit_gradient.main(["--config", "rooms=2,p_key=7", "--out", c])
