@@ -212,25 +212,7 @@ def main():
                                             "paired seeds, credit efficiency (resumable; runs shared with credit_phase)")
     p.add_argument("--regimes", nargs="+", default=["rooms=4,p_key=0.6,p_nokey=0.4@10"],
                    help="CELL@LR: a credit_phase cell and a learning-rate multiplier (the one best for GRPO)")
-    p.add_argument("--methods", nargs="+", default=METHODS, help="train.py methods; must include grpo and oracle")
-    p.add_argument("--seeds", nargs="+", type=int, default=list(range(10)))
-    p.add_argument("--iters", type=int, default=15)
-    p.add_argument("--eval-every", type=int, default=0, help="held-out evaluation every N updates (0: --iters)")
-    p.add_argument("--jobs", type=int, default=2, help="trainings side by side (one thread each)")
-    p.add_argument("--out", default=os.path.join(ROOT, "results"))
-    p.add_argument("--name", default="credit_ladder")
-    p.add_argument("--report-only", action="store_true")
-    p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: extra train.py flags for every run")
-    args = p.parse_args()
-    args.extra = [a for a in args.extra if a != "--"]
-    args.eval_every = args.eval_every or args.iters
-    import config
-    bad = [m for m in args.methods if m not in config.CHOICES["method"]]
-    if bad or not {"grpo", "oracle"} <= set(args.methods):
-        raise SystemExit(f"credit_ladder: --methods must include grpo and oracle and name train.py methods "
-                         f"(unknown: {', '.join(bad) or '–'})")
-    if args.iters < 2:
-        raise SystemExit("credit_ladder: --iters must be >= 2")
+    args = phase.parse_common(p, METHODS, list(range(10)), 15, "credit_ladder", "credit_ladder", ["grpo", "oracle"])
     args.regime_list = [parse_regime(r) for r in args.regimes]
     phase.check_cells([c for c, _ in args.regime_list])
     jobs = [(c, m, me, s) for c, m in args.regime_list for s in args.seeds for me in args.methods]

@@ -287,19 +287,16 @@ def plot(args, res, cells):
     plt.close(fig)
 
 
-def main():
-    p = argparse.ArgumentParser(description="GRPO vs exact credit over keydoor regimes and learning rates (resumable)")
-    p.add_argument("--cells", nargs="+", default=["rooms=4", "rooms=8"],
-                   help="regimes: comma-separated KEY=VALUE of keydoor options and train.py settings")
-    p.add_argument("--lr-mult", nargs="+", type=float, default=[1.0], help="learning rates as multiples of the default --lr")
-    p.add_argument("--methods", nargs="+", default=METHODS)
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3])
-    p.add_argument("--iters", type=int, default=20)
+def parse_common(p, methods: list, seeds: list, iters: int, name: str, prog: str, required: list):
+    """The flags this screen shares with bench/credit_ladder.py (they run the same runs), parsed and checked."""
+    p.add_argument("--methods", nargs="+", default=methods, help=f"train.py methods; must include {' and '.join(required)}")
+    p.add_argument("--seeds", nargs="+", type=int, default=seeds)
+    p.add_argument("--iters", type=int, default=iters)
     p.add_argument("--eval-every", type=int, default=0,
                    help="held-out evaluation every N updates (0: --iters, i.e. before the first update and after the last)")
     p.add_argument("--jobs", type=int, default=2, help="trainings side by side (one thread each)")
     p.add_argument("--out", default=os.path.join(ROOT, "results"))
-    p.add_argument("--name", default=STUDY)
+    p.add_argument("--name", default=name)
     p.add_argument("--report-only", action="store_true")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: extra train.py flags for every run")
     args = p.parse_args()
@@ -307,10 +304,22 @@ def main():
     args.eval_every = args.eval_every or args.iters
     import config
     bad = [m for m in args.methods if m not in config.CHOICES["method"]]
-    if bad or "grpo" not in args.methods:
-        raise SystemExit(f"credit_phase: --methods must include grpo and name train.py methods (unknown: {', '.join(bad) or '–'})")
-    if args.iters < 2 or any(m <= 0 for m in args.lr_mult):
-        raise SystemExit("credit_phase: --iters must be >= 2 and every --lr-mult > 0")
+    if bad or not set(required) <= set(args.methods):
+        raise SystemExit(f"{prog}: --methods must include {' and '.join(required)} and name train.py methods "
+                         f"(unknown: {', '.join(bad) or '–'})")
+    if args.iters < 2:
+        raise SystemExit(f"{prog}: --iters must be >= 2")
+    return args
+
+
+def main():
+    p = argparse.ArgumentParser(description="GRPO vs exact credit over keydoor regimes and learning rates (resumable)")
+    p.add_argument("--cells", nargs="+", default=["rooms=4", "rooms=8"],
+                   help="regimes: comma-separated KEY=VALUE of keydoor options and train.py settings")
+    p.add_argument("--lr-mult", nargs="+", type=float, default=[1.0], help="learning rates as multiples of the default --lr")
+    args = parse_common(p, METHODS, [0, 1, 2, 3], 20, STUDY, "credit_phase", ["grpo"])
+    if any(m <= 0 for m in args.lr_mult):
+        raise SystemExit("credit_phase: every --lr-mult must be > 0")
     check_cells(args.cells)
     jobs = [(c, m, me, s) for c in args.cells for s in args.seeds for m in args.lr_mult for me in args.methods]
     for j in jobs:                            # a kept summary from another protocol: one line, before any run
