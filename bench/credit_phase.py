@@ -211,11 +211,11 @@ def report(args, jobs) -> str:
              f"start and first rollouts). p = `lab/p_key_held`, the exact probability that the key is held when the agent "
              f"leaves the pivot room (oracle.py). speed: per seed, updates until the method's p reaches GRPO's final p of "
              f"the same seed and multiplier (never: {args.iters + 1}), over GRPO's own updates to it — mean [95% t CI] "
-             f"(n); ≤ 0.5 = at least twice as fast. AUC: mean p over updates 1..{args.iters}; Δ AUC vs GRPO at the same "
+             f"(n); ≤ 0.5 = at least twice as fast (the seeds where it is: next column). AUC: mean p over updates 1..{args.iters}; Δ AUC vs GRPO at the same "
              f"multiplier with the exact sign-flip p and Holm's adjustment over the table's {len(adj)} Δ AUC tests. "
              f"lr multiplier × train.py's default --lr {lr_of(1.0):g}.\n",
-             "| cell | lr × | method | p init → final | AUC | speed (× GRPO's updates) | Δ AUC vs GRPO | p | p (Holm) | s / update |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| cell | lr × | method | p init → final | AUC | speed (× GRPO's updates) | seeds ≥ 2× faster | Δ AUC vs GRPO | p | p (Holm) | s / update |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         for m in args.lr_mult:
             for me in args.methods:
@@ -229,13 +229,14 @@ def report(args, jobs) -> str:
                 lines.append(f"| {c} | {m:g} | {me} | {p0:.3f} → {p1:.3f} | "
                              f"{paired.fmt(paired.summary([auc(r['p_curve']) for r in rs.values()]), digits=3)} | "
                              f"{paired.fmt(paired.summary(list(sp.values())), digits=2) if sp else '–'} | "
+                             f"{f'{sum(v <= 0.5 for v in sp.values())} of {len(sp)}' if sp else '–'} | "
                              f"{paired.fmt(d, digits=3, sign=True) if d else '–'} | {paired.fmt_p(d.get('p')) if d else '–'} | "
                              f"{paired.fmt_p(adj.get((c, m, me))) if d else '–'} | "
                              f"{paired.mean([r['iter_seconds'] for r in rs.values()]):.1f} |")
         best = {m: paired.mean([auc(r["p_curve"]) for (cc, mm, me, s), r in res.items() if (cc, mm, me) == (c, m, "grpo")])
                 for m in args.lr_mult if any((k[0], k[1], k[2]) == (c, m, "grpo") for k in res)}
         if best:
-            lines.append(f"| {c} | GRPO's best lr × by AUC: {max(best, key=best.get):g} | | | | | | | | |")
+            lines.append(f"| {c} | GRPO's best lr × by AUC: {max(best, key=best.get):g} | | | | | | | | | |")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
         f.write(f"# Where credit decides learning: GRPO vs exact credit over keydoor regimes\n\n"

@@ -105,7 +105,28 @@ def headline_claims() -> list[tuple[str, str]]:
         ("results/README.md", ladder),
         ("results/README.md", adaptive_bias_text()),
         ("results/README.md", phase_text()),
+        ("results/README.md", ladder_text()),
     ]
+
+
+def ladder_text() -> str:
+    """The ladder's row: per method its Δ AUC vs GRPO (p, Holm over the table's tests), credit
+    efficiency and tokens × GRPO; oracle's speed (results/credit_ladder.md, the first regime)."""
+    header, body = rows_of("credit_ladder.md")
+    col = {k: header.index(k) for k in ("regime", "method", "speed (× GRPO)", "Δ AUC vs GRPO", "credit efficiency",
+                                        "tokens × GRPO")}
+    p, holm = header.index("p"), header.index("p (Holm)")          # the first p / Holm: Δ AUC's
+    regime = body[0][col["regime"]]
+    r = {x[col["method"]]: x for x in body if x[col["regime"]] == regime}
+    n = sum(x[col["Δ AUC vs GRPO"]] != "–" for x in body) + sum(x[col["credit efficiency"]] != "–" for x in body)
+    assert f"Holm over the table's {n} tests" in read("results/credit_ladder.md")
+    o = r["oracle"]
+    parts = [f"oracle: speed {o[col['speed (× GRPO)']]}, Δ AUC {o[col['Δ AUC vs GRPO']]}, p {o[p]}, Holm {o[holm]}"]
+    for m in ("prover-plus", "prover"):
+        x = r[m]
+        parts.append(f"{m}: Δ AUC {x[col['Δ AUC vs GRPO']]}, p {x[p]}, Holm {x[holm]}, credit efficiency "
+                     f"{x[col['credit efficiency']]}, tokens × GRPO {x[col['tokens × GRPO']]}")
+    return f"{regime} — " + "; ".join(parts)
 
 
 def phase_text() -> str:
