@@ -94,17 +94,8 @@ def fmt_eff(e: dict | None) -> str:
     return "–" if not e else f"{e['mean']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}] (n={e['n']})"
 
 
-def collect(args, jobs) -> dict:
-    res = {}
-    for j in jobs:
-        r = phase.result(j, args)
-        if r is not None:
-            res[j] = r
-    return res
-
-
 def report(args, jobs) -> str:
-    res = collect(args, jobs)
+    res = phase.collect(args, jobs)
     aucs = {k: phase.auc(r["p_curve"]) for k, r in res.items()}
     rows, tests, stats = [], {}, {}
     for cell, mult in args.regime_list:

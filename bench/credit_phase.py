@@ -179,12 +179,13 @@ def speed(res: dict, cell, mult, method, iters: int) -> dict:
     return out
 
 
+def collect(args, jobs) -> dict:
+    """{job: summary} of every finished job (its run directory, else its kept summary)."""
+    return {j: r for j in jobs if (r := result(j, args)) is not None}
+
+
 def report(args, jobs) -> str:
-    res = {}
-    for j in jobs:
-        r = result(j, args)
-        if r is not None:
-            res[j] = r
+    res = collect(args, jobs)
     with open(os.path.join(args.out, f"{args.name}.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["cell", "lr_mult", "method", "seed", "p_key_init", "p_key_final", "auc", "updates_to_grpo_final",

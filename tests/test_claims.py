@@ -198,3 +198,22 @@ def test_adaptive_bias_range_in_the_index_is_the_files():
     b = [float(ln.split(" | ")[6]) for ln in read("results/adaptive_bias.md").splitlines() if " | pooled | " in ln]
     assert len(b) == 6 and min(b) > 0
     assert f"biased upward by {min(b):.2f}–{max(b):.2f}" in read("results/README.md"), (min(b), max(b))
+
+
+def test_readme_ladder_sentences_follow_the_files():
+    """README says exact credit is ~2× faster "in most seeds" at GRPO's best lr (the small-gap cell),
+    that prover-plus gets "a small share" (a positive Δ AUC with Holm p < 0.05, efficiency < ½) and
+    ProVer "none" (Δ AUC ≤ 0): each checked against credit_phase.md / credit_ladder.md."""
+    text = read("README.md")
+    assert "in most seeds" in text and "prover-plus a small share, ProVer none" in text
+    header, body = rows_of("credit_phase.md")
+    k = header.index("seeds ≥ 2× faster")
+    row = next(x for x in body if x[0] == "rooms=4,p_key=0.6,p_nokey=0.4" and x[1] == "10" and x[2] == "oracle")
+    fast, n = (int(v) for v in row[k].split(" of "))
+    assert fast > n / 2
+    header, body = rows_of("credit_ladder.md")
+    col = {k: header.index(k) for k in ("method", "Δ AUC vs GRPO", "p (Holm)", "credit efficiency")}
+    r = {x[col["method"]]: x for x in body}
+    assert number(r["prover-plus"][col["Δ AUC vs GRPO"]]) > 0 and number(r["prover-plus"][col["p (Holm)"]]) < 0.05
+    assert number(r["prover-plus"][col["credit efficiency"]]) < 0.5
+    assert number(r["prover"][col["Δ AUC vs GRPO"]]) <= 0
