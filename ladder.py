@@ -11,7 +11,8 @@ A*(s, a) = Q^π(s, a) − V^π(s) exactly for the policy that sampled the batch)
                   (ProVer's judge, segment, scope and credit rule; no estimation noise)
     prover-plus-exact  the same for prover-plus (prover.PLUS: every mixed group eligible)
     oracle-add    A_t = A^GRPO_t + λ·A*(s_t, a_t) on every turn       (coverage: every turn)
-    oracle        A_t = A*(s_t, a_t)                                 (perfect credit, alone)
+    oracle        A_t = A*(s_t, a_t)                                 (perfect credit, alone; the update's
+                                                                     format penalty kept, as in every arm)
 
 So the table of a study splits the gap between GRPO and perfect credit into outcome noise
 (grpo → oracle-rb), estimation (prover → prover-exact, prover-plus → prover-plus-exact), selection and coverage (prover-exact →
@@ -58,12 +59,22 @@ def oracle_rb(groups, adv, run) -> dict:
 
 
 def _exact(groups, adv, run, add: bool) -> dict:
+    """oracle-add: A^GRPO_t + λ·A*_t. oracle: A*_t − penalty_t, where penalty_t is the update's format
+    penalty (grpo.turn_penalty: `--invalid-penalty` for a turn without the action tags, and
+    `--inadmissible-penalty` if set) that every other arm's advantages carry too. Why keep it: the
+    penalty is part of the update, not of the credit — GRPO, ProVer, GiGPO … all subtract it — and
+    without it nothing in exact credit pushes back on malformed text while the step limit does not
+    bind (A* of a wasted turn is ≈ 0). At a large learning rate the pushed-up `key` token then spread
+    to `take key` in keyless rooms and on to untagged `key key key …` within two updates (results/LOG.md,
+    "Why oracle collapses at ×10"); the arm is the positive control, so it must share the update."""
     orc = make_oracle(run)
     a_star = orc.advantages(groups)
+    cfg = run.cfg
     for g, group in enumerate(groups):
         for i, tr in enumerate(group):
-            for t in range(len(tr.turns)):
-                adv[g][i][t] = (adv[g][i][t] if add else 0.0) + (run.cfg.lam if add else 1.0) * a_star[g][i][t]
+            for t, turn in enumerate(tr.turns):
+                base = adv[g][i][t] if add else -grpo.turn_penalty(turn, cfg.invalid_penalty, cfg.inadmissible_penalty)
+                adv[g][i][t] = base + (cfg.lam if add else 1.0) * a_star[g][i][t]
     roots = [tn.state for gr in groups for tr in gr for tn in tr.turns]
     return _stats(orc, roots)
 
@@ -107,6 +118,11 @@ def prover_plus_exact(groups, adv, run) -> dict:
     exact ΔV: prover-plus → prover-plus-exact isolates prover-plus's estimation noise."""
     return prover_exact(groups, adv, run, overrides=prover.PLUS)
 
+
+# Revisions of an arm's credit, for the studies that keep finished runs (bench/credit_phase.py records it
+# in each run's protocol, so a summary made under an earlier revision is refused, never mixed in).
+# oracle 2: keeps the update's format penalty (see `_exact`); revision-1 runs are in git history.
+REVISION = {"oracle": 2}
 
 # the names are config.LAB_METHODS (checked there before set-up: keydoor only)
 METHODS = {"oracle-rb": oracle_rb, "oracle-add": oracle_add, "oracle": oracle_alone, "prover-exact": prover_exact,

@@ -263,12 +263,44 @@ def test_ladder_arms_run_on_keydoor(warm, tmp_path):
         for i, tr in enumerate(group):
             e = oracle.expected_reward(tr, kw)
             assert sum(a_star[g][i]) == pytest.approx(e - orc.values([tr.turns[0].state])[0], abs=1e-6)
-            assert outs["oracle"][1][g][i] == pytest.approx(a_star[g][i])
+            # the format penalty belongs to the update: every arm keeps it, exact credit alone too
+            pen_only = [-grpo.turn_penalty(tn, cfg.invalid_penalty, cfg.inadmissible_penalty) for tn in tr.turns]
+            assert outs["oracle"][1][g][i] == pytest.approx([a + p for a, p in zip(a_star[g][i], pen_only)])
             assert outs["oracle-add"][1][g][i] == pytest.approx([b + a for b, a in zip(base[g][i], a_star[g][i])])
             mean_e = sum(oracle.expected_reward(t, kw) for t in group) / len(group)
             pen = [base[g][i][t] - (float(tr.won) - sum(t2.won for t2 in group) / len(group)) for t in range(len(tr.turns))]
             assert outs["oracle-rb"][1][g][i] == pytest.approx([e - mean_e + p for p in pen])
     assert outs["oracle"][0]["oracle/nodes"] > 0 and "prover/proposals" in outs["prover-exact"][0]
+
+
+def test_exact_credit_keeps_the_update_s_format_penalty_on_malformed_turns(warm, tmp_path):
+    """The `oracle` arm is A* − the format penalty that GRPO's advantages carry (grpo.turn_penalty):
+    on a malformed turn (no action tags; sampled here at temperature 3, where the tiny policy
+    produces them) the arm gives A* − 0.1, on a well-formed one A* exactly — the update is the same
+    for every arm, only the credit differs."""
+    import config
+    import train
+    model, agent = warm
+    cfg = config.parse_args(["--env", "keydoor", "--env-opt", "rooms=3", "--temperature", "3", "--out", str(tmp_path)])
+    config.validate(cfg)
+    kw = {"rooms": 3}
+    pool = [keydoor.make(split="train", seed=0, **kw) for _ in range(8)]
+    groups = rollout.rollout_groups(agent, pool, [1, 2], 4, 3.0, seed=11)
+    run = train.Run(cfg, agent, agent.spec, kw, [], None, str(tmp_path))
+    base = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
+    adv = [[list(r) for r in g] for g in base]
+    train.METHODS["oracle"](groups, adv, run)
+    import ladder
+    a_star = ladder.make_oracle(run).advantages(groups)
+    bad = good = 0
+    for g, group in enumerate(groups):
+        for i, tr in enumerate(group):
+            for t, tn in enumerate(tr.turns):
+                want = a_star[g][i][t] - (cfg.invalid_penalty if not tn.valid else 0.0)
+                assert adv[g][i][t] == pytest.approx(want, abs=1e-9)
+                bad += not tn.valid
+                good += tn.valid
+    assert bad > 0 and good > 0, (bad, good)       # both kinds of turn were checked
 
 
 def test_prover_plus_exact_credits_the_exact_value_gain_of_the_judged_segment(warm, tmp_path):
