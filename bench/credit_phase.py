@@ -68,12 +68,51 @@ def parse_cell(cell: str) -> tuple[list[str], list[str]]:
         k, v = item.split("=", 1)
         if k in keydoor.OPTIONS:
             opts.append(f"{k}={v}")
-        elif k in fields and k not in ("env", "method", "seed", "lr", "iters", "out", "env_opt"):
+        elif k in fields and k not in NOT_VARIED:
             flags += [f"--{k.replace('_', '-')}", v]
         else:
             raise SystemExit(f"credit_phase: cell {cell!r}: {k!r} is neither a keydoor option "
                              f"({', '.join(keydoor.OPTIONS)}) nor a train.py setting this screen may vary")
     return opts, flags
+
+
+NOT_VARIED = ("env", "method", "seed", "lr", "iters", "out", "env_opt")
+
+
+def parse_arm(arm: str) -> tuple[str, list[str]]:
+    """An arm is a train.py method, optionally with settings of its own after a colon:
+    'prover-plus:verify_crn=true,verify_k=4' → ('prover-plus', ['--verify-crn', '--verify-k', '4']).
+    Why: a ProVer option (CRN, K, negative credit …) is compared with the other arms on the same seeds
+    and cells without becoming a cell of its own (which would re-run GRPO and the oracle for it).
+    Booleans take true/false. One clear line for a key that is not a config field."""
+    import config
+    method, _, spec = arm.partition(":")
+    fields = {f.name: f for f in dataclasses.fields(config.Config)}
+    flags = []
+    for item in filter(None, spec.split(",")):
+        k, eq, v = item.partition("=")
+        if not eq or k not in fields or k in NOT_VARIED:
+            raise SystemExit(f"credit_phase: arm {arm!r}: {item!r} is not KEY=VALUE of a train.py setting an arm may set")
+        if str(fields[k].type) in ("bool", "<class 'bool'>"):
+            if v.lower() not in ("true", "false"):
+                raise SystemExit(f"credit_phase: arm {arm!r}: {k} takes true or false, not {v!r}")
+            flags.append(f"--{'' if v.lower() == 'true' else 'no-'}{k.replace('_', '-')}")
+        else:
+            flags += [f"--{k.replace('_', '-')}", v]
+    return method, flags
+
+
+def check_arms(arms: list[str], prog: str) -> None:
+    """Every arm names a train.py method and its settings pass train.py's own checks (before any run)."""
+    import config
+    for a in arms:
+        method, flags = parse_arm(a)
+        if method not in config.CHOICES["method"]:
+            raise SystemExit(f"{prog}: --methods: {method!r} is not a train.py method")
+        try:
+            config.validate(config.parse_args(["--env", "keydoor", "--method", method, *flags]))
+        except (ValueError, SystemExit) as e:
+            raise SystemExit(f"{prog}: arm {a!r}: {e}")
 
 
 def check_cells(cells: list[str]) -> None:
@@ -100,7 +139,7 @@ def lr_of(mult: float) -> float:
 
 def name_of(job) -> str:
     cell, mult, method, seed = job
-    return f"{slug(cell)}-lr{mult:g}-{method}-s{seed}"
+    return f"{slug(cell)}-lr{mult:g}-{slug(method.replace(':', '-'))}-s{seed}"
 
 
 def run_dir(out: str, job) -> str:
@@ -108,9 +147,15 @@ def run_dir(out: str, job) -> str:
 
 
 def protocol(job, args) -> dict:
+    """What a kept summary must match to be reused: the job, the run length, the extra flags and,
+    for an arm whose credit was revised (ladder.REVISION), that revision."""
+    import ladder
     cell, mult, method, seed = job
-    return {"cell": cell, "lr_mult": mult, "method": method, "seed": seed, "iters": args.iters,
-            "eval_every": args.eval_every, "extra": list(args.extra)}
+    p = {"cell": cell, "lr_mult": mult, "method": method, "seed": seed, "iters": args.iters,
+         "eval_every": args.eval_every, "extra": list(args.extra)}
+    if parse_arm(method)[0] in ladder.REVISION:
+        p["credit_rev"] = ladder.REVISION[parse_arm(method)[0]]
+    return p
 
 
 def kept(job, args) -> str:
@@ -146,7 +191,8 @@ def launch(job, args) -> str:
     if result(job, args) is not None:
         return "skipped (done)"
     d = run_dir(args.out, job)
-    flags = [*base_flags(cell, seed, args), "--method", method, "--lr", f"{lr_of(mult):.6g}", "--iters", str(args.iters),
+    base, arm_flags = parse_arm(method)
+    flags = [*base_flags(cell, seed, args), "--method", base, *arm_flags, "--lr", f"{lr_of(mult):.6g}", "--iters", str(args.iters),
              "--eval-every", str(args.eval_every), "--checkpoint-every", str(max(1, args.iters // 4))]
     if os.path.exists(os.path.join(d, "checkpoint", "state.json")):
         flags.append("--resume")
@@ -291,7 +337,9 @@ def plot(args, res, cells):
 
 def parse_common(p, methods: list, seeds: list, iters: int, name: str, prog: str, required: list):
     """The flags this screen shares with bench/credit_ladder.py (they run the same runs), parsed and checked."""
-    p.add_argument("--methods", nargs="+", default=methods, help=f"train.py methods; must include {' and '.join(required)}")
+    p.add_argument("--methods", nargs="+", default=methods,
+                   help=f"arms: train.py methods, each optionally with settings of its own, METHOD:KEY=VALUE,... "
+                        f"(e.g. prover-plus:verify_crn=true); must include {' and '.join(required)}")
     p.add_argument("--seeds", nargs="+", type=int, default=seeds)
     p.add_argument("--iters", type=int, default=iters)
     p.add_argument("--eval-every", type=int, default=0,
@@ -304,11 +352,9 @@ def parse_common(p, methods: list, seeds: list, iters: int, name: str, prog: str
     args = p.parse_args()
     args.extra = [a for a in args.extra if a != "--"]
     args.eval_every = args.eval_every or args.iters
-    import config
-    bad = [m for m in args.methods if m not in config.CHOICES["method"]]
-    if bad or not set(required) <= set(args.methods):
-        raise SystemExit(f"{prog}: --methods must include {' and '.join(required)} and name train.py methods "
-                         f"(unknown: {', '.join(bad) or '–'})")
+    if not set(required) <= set(args.methods):
+        raise SystemExit(f"{prog}: --methods must include {' and '.join(required)}")
+    check_arms(args.methods, prog)
     if args.iters < 2:
         raise SystemExit(f"{prog}: --iters must be >= 2")
     return args

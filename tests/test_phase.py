@@ -51,14 +51,17 @@ def test_a_real_screen_runs_resumes_and_reports(tmp_path):
     assert (tmp_path / "credit_phase.md").read_text().split("Command:")[1] == md.split("Command:")[1]
     # the ladder on the same study reuses the screen's GRPO and oracle runs and trains only ProVer
     lad = [sys.executable, os.path.join(ROOT, "bench", "credit_ladder.py"), "--regimes", "rooms=3,group_size=2,tasks_per_iter=2@1",
-           "--methods", "grpo", "oracle", "prover", "--seeds", "0", "--iters", "2", "--out", str(tmp_path),
+           "--methods", "grpo", "oracle", "prover:verify_crn=true,verify_k=2", "--seeds", "0", "--iters", "2", "--out", str(tmp_path),
            "--", "--bc-episodes", "20", "--bc-steps", "20"]
     r3 = subprocess.run(lad, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert r3.returncode == 0, r3.stderr[-800:]
     assert r3.stdout.count("skipped (done)") + r3.stderr.count("skipped (done)") == 2
     import csv
     rows = list(csv.DictReader(open(tmp_path / "credit_ladder.csv")))
-    assert [r["method"] for r in rows] == ["grpo", "oracle", "prover"]
+    assert [r["method"] for r in rows] == ["grpo", "oracle", "prover:verify_crn=true,verify_k=2"]
+    import json                                     # the arm's own settings reached its run
+    cfg = json.load(open(tmp_path / "credit_phase" / "runs" / "rooms3-group_size2-tasks_per_iter2-lr1-prover-verify_crntrue-verify_k2-s0" / "config.json"))
+    assert cfg["method"] == "prover" and cfg["verify_crn"] is True and cfg["verify_k"] == 2
     assert {"regime", "method", "seed", "auc", "updates_to_grpo_final", "tokens_per_update"} <= set(rows[0])
     assert float(rows[0]["tokens_ratio"]) == 1.0 and float(rows[2]["tokens_per_update"]) > 0
     assert (tmp_path / "credit_ladder.png").stat().st_size > 5000
@@ -77,3 +80,27 @@ def test_credit_efficiency_and_the_half_test_are_the_hand_computations():
     assert credit_ladder.parse_regime("rooms=4") == ("rooms=4", 1.0)
     with pytest.raises(SystemExit, match="multiplier"):
         credit_ladder.parse_regime("rooms=4@fast")
+
+
+def test_arms_carry_their_own_settings_and_a_revised_arm_refuses_its_old_summaries(tmp_path):
+    """METHOD:KEY=VALUE arms: flags for train.py (booleans as --x / --no-x), checked in one line;
+    a plain method keeps its run name; the oracle's protocol records its credit revision, so a
+    summary kept from an earlier revision is refused rather than mixed in."""
+    assert credit_phase.parse_arm("prover-plus:verify_crn=true,verify_k=4") == ("prover-plus", ["--verify-crn", "--verify-k", "4"])
+    assert credit_phase.parse_arm("prover:negative_credit=false") == ("prover", ["--no-negative-credit"])
+    assert credit_phase.parse_arm("grpo") == ("grpo", [])
+    assert credit_phase.name_of(("rooms=4", 10.0, "grpo", 3)) == "rooms4-lr10-grpo-s3"
+    for bad, msg in (("prover:verify_crn=yes", "true or false"), ("prover:seed=1", "not KEY=VALUE"),
+                     ("prover:verify_k=0", "verify-k"), ("nomethod", "not a train.py method")):
+        with pytest.raises(SystemExit, match=msg):
+            credit_phase.check_arms([bad], "credit_phase")
+    args = argparse.Namespace(out=str(tmp_path), iters=15, eval_every=15, extra=[])
+    job = ("rooms=4", 10.0, "oracle", 0)
+    assert credit_phase.protocol(job, args)["credit_rev"] == 2
+    assert "credit_rev" not in credit_phase.protocol(("rooms=4", 10.0, "grpo", 0), args)
+    import compare
+    old = credit_phase.protocol(job, args)
+    del old["credit_rev"]                            # what a revision-1 run recorded
+    compare.save_summary(credit_phase.kept(job, args), old, {"p_curve": [[1, 0.5]]})
+    with pytest.raises(SystemExit, match="credit_rev"):
+        credit_phase.result(job, args)
