@@ -45,12 +45,15 @@ import build  # noqa: E402
 import config  # noqa: E402
 import grpo  # noqa: E402
 import train  # noqa: E402
+import ladder  # noqa: E402
 from rollout import rollout_groups  # noqa: E402
 
+ORACLE_REV = ladder.REVISION["oracle"]
 DEFAULT_POLICY = os.path.join(ROOT, "results", "warmstarts", "tiny-keydoor-b3062f60c292")
 METHODS = ["grpo", "oracle-rb", "prover", "prover-exact", "prover-plus", "prover-plus-exact", "oracle-add", "oracle",
            "grpo-matched", "gigpo", "spo-chain"]
-COLUMNS = ["config", "policy", "method", "tokens", "cosine", "cosine_sd", "bias", "snr", "batches", "ref_batches", "tasks", "group"]
+COLUMNS = ["config", "policy", "method", "tokens", "cosine", "cosine_sd", "bias", "snr", "batches", "ref_batches", "tasks", "group",
+           "oracle_rev"]
 
 
 def load_rows(path: str) -> list[dict]:
@@ -62,12 +65,16 @@ def load_rows(path: str) -> list[dict]:
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     num = {"tokens", "cosine", "cosine_sd", "bias", "snr"}
-    return [{k: (float(v) if k in num else int(v) if k in ("batches", "ref_batches", "tasks", "group") else v)
+    for r in rows:                   # rows from before the column: g* and the oracle rows used revision 1
+        r["oracle_rev"] = r.get("oracle_rev") or "1"
+    return [{k: (float(v) if k in num else int(v) if k in ("batches", "ref_batches", "tasks", "group", "oracle_rev") else v)
              for k, v in r.items()} for r in rows if r.get("ref_batches")]       # rows of the old format: dropped
 
 
 def row_key(r: dict) -> tuple:
-    return (r["config"], r["policy"], r["method"], r["batches"], r["ref_batches"], r["tasks"], r["group"])
+    """A row is reused only under the same settings and the same revision of the exact credit behind
+    g* (ladder.REVISION["oracle"]: 2 keeps the update's format penalty, 1 did not)."""
+    return (r["config"], r["policy"], r["method"], r["batches"], r["ref_batches"], r["tasks"], r["group"], r["oracle_rev"])
 
 
 def flat_grad(model, groups, adv, pad_id: int, temperature: float) -> torch.Tensor:
@@ -98,6 +105,16 @@ def batch(tr, method: str, b: int, run) -> tuple[torch.Tensor, int]:
     return flat_grad(tr.model, groups, adv, tr.tok.pad_token_id, cfg.temperature), tokens
 
 
+def cell_argv(conf: str) -> list[str]:
+    """A configuration is a bench/credit_phase.py cell: keydoor options go to --env-opt, train.py
+    settings (e.g. reward=score, which the apples need) to their flags — so a ladder regime's cell is
+    given here verbatim. One clear line for a key that is neither."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import credit_phase
+    opts, flags = credit_phase.parse_cell(conf)
+    return [*[x for o in opts for x in ("--env-opt", o)], *flags]
+
+
 def cos(a, b) -> float:
     return float(torch.dot(a, b) / (a.norm() * b.norm() + 1e-30))
 
@@ -107,8 +124,8 @@ def main(argv=None) -> None:
                                  epilog=__doc__.split("\n", 2)[2])
     ap.add_argument("--rooms", type=int, nargs="+", default=[4])
     ap.add_argument("--config", nargs="+", default=[],
-                    help="configurations as comma-separated keydoor options (e.g. rooms=4,p_key=0.6,p_nokey=0.4); "
-                         "replaces --rooms when given")
+                    help="configurations as bench/credit_phase.py cells: comma-separated keydoor options and train.py "
+                         "settings (e.g. rooms=4,p_key=0.6,p_nokey=0.4 or rooms=4,apples=1,reward=score); replaces --rooms when given")
     ap.add_argument("--policy", nargs="+", default=[DEFAULT_POLICY], help="model folders (warm starts, checkpoints)")
     ap.add_argument("--methods", nargs="+", default=METHODS)
     ap.add_argument("--repeats", type=int, default=8, help="batches per method")
@@ -130,12 +147,12 @@ def main(argv=None) -> None:
     configs = args.config or [f"rooms={r}" for r in args.rooms]
     for conf in configs:                         # checked before any policy is loaded
         try:
-            config.validate(config.parse_args(["--env", "keydoor", *[x for o in conf.split(",") for x in ("--env-opt", o)]]))
+            config.validate(config.parse_args(["--env", "keydoor", *cell_argv(conf)]))
         except (ValueError, SystemExit) as e:
             raise SystemExit(f"credit_gradient: --config {conf}: {e}")
     for conf in configs:
         for pol in args.policy:
-            cfg = config.parse_args(["--env", "keydoor", *[x for o in conf.split(",") for x in ("--env-opt", o)], "--model", pol,
+            cfg = config.parse_args(["--env", "keydoor", *cell_argv(conf), "--model", pol,
                                      "--tasks-per-iter", str(args.tasks), "--group-size", str(args.group),
                                      "--device", "cpu"])
             config.validate(cfg)
@@ -148,7 +165,8 @@ def main(argv=None) -> None:
             name = os.path.relpath(pol, ROOT)
             todo = [m for m in args.methods if row_key({"config": conf, "policy": name, "method": m,
                                                         "batches": args.repeats, "ref_batches": args.ref_batches,
-                                                        "tasks": args.tasks, "group": args.group}) not in done]
+                                                        "tasks": args.tasks, "group": args.group,
+                                                        "oracle_rev": ORACLE_REV}) not in done]
             if not todo:
                 print(f"{conf} {name}: every method done (reused from {args.out}.csv)")
                 continue
@@ -168,7 +186,8 @@ def main(argv=None) -> None:
                 out_rows.append({"config": conf, "policy": name, "method": m, "tokens": sum(toks) / len(toks),
                                  "cosine": mc, "cosine_sd": math.sqrt(sum((c - mc) ** 2 for c in cs) / max(1, len(cs) - 1)),
                                  "bias": 1 - cos(mean, g_star), "snr": float(mean.norm() ** 2 / noise) if noise > 0 else float("inf"),
-                                 "batches": len(gs), "ref_batches": args.ref_batches, "tasks": args.tasks, "group": args.group})
+                                 "batches": len(gs), "ref_batches": args.ref_batches, "tasks": args.tasks, "group": args.group,
+                                 "oracle_rev": ORACLE_REV})
                 print(out_rows[-1])
                 write(args, out_rows, time.time() - t0)       # after every row: a stopped sitting loses one method
     write(args, out_rows, time.time() - t0)
@@ -195,12 +214,14 @@ def write(args, out_rows: list[dict], seconds: float) -> None:
              f"`tasks` tasks × G; this sitting {seconds / 60:.1f} min on {os.cpu_count()} CPU cores. "
              "cosine: mean over batches of cos(ĝ_m, g*) (± its SD over batches); bias: 1 − cos(mean ĝ_m, g*); "
              "SNR: |mean ĝ_m|² / mean |ĝ_m − mean ĝ_m|². The oracle row's cosine is against a reference built from "
-             "its own kind of batches (independent ones), so it is the ceiling at this batch size.", "",
-             "| config | policy | method | tokens / batch | cosine | bias | SNR | batches | g* batches |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "its own kind of batches (independent ones), so it is the ceiling at this batch size. A* rev: the revision "
+             "of the exact credit behind g* and the oracle arms (ladder.REVISION; 1 = before the arm kept the update's "
+             "format penalty, which changes only the turns without action tags).", "",
+             "| config | policy | method | tokens / batch | cosine | bias | SNR | batches | g* batches | A* rev |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in out_rows:
         lines.append(f"| {r['config']} | {r['policy']} | {r['method']} | {r['tokens']:.0f} | {r['cosine']:.3f} ± {r['cosine_sd']:.3f} | "
-                     f"{r['bias']:.3f} | {r['snr']:.3f} | {r['batches']} | {r['ref_batches']} |")
+                     f"{r['bias']:.3f} | {r['snr']:.3f} | {r['batches']} | {r['ref_batches']} | {r['oracle_rev']} |")
     open(args.out + ".md", "w").write("\n".join(lines) + "\n")
 
 
