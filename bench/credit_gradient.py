@@ -5,6 +5,7 @@ against the exact-credit gradient, at a fixed policy (COCOA's measure, free of t
     python bench/credit_gradient.py --rooms 4 8 --repeats 16 --ref-batches 32
     python bench/credit_gradient.py --rooms 16 --policy results/checkpoints/keydoor-r16-grpo-s0-u15
     python bench/credit_gradient.py --config rooms=4,p_key=0.6,p_nokey=0.4 --policy WARM_START   # a ladder regime
+    python bench/credit_gradient.py --methods grpo prover-plus prover-plus:lam=3 prover-plus:verify_crn=true   # option arms
 
 Resumable: rows are written to the csv after every method, and a later call reuses every row whose
 (config, policy, method, batches, g* batches, tasks, G) it repeats (the batches are seeded by their
@@ -98,20 +99,36 @@ def batch(tr, method: str, b: int, run) -> tuple[torch.Tensor, int]:
     tasks = [hash((b, k, 0xBA7C)) % 10**6 for k in range(cfg.tasks_per_iter)]
     groups = rollout_groups(agent, tr.train_envs, tasks, cfg.group_size, cfg.temperature, seed=hash((b, 0x5EED)) & 0x7FFFFFFF)
     adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
-    run.cfg = dataclasses.replace(cfg, method=method)
+    base, settings = arm_settings(method)
+    run.cfg = dataclasses.replace(cfg, method=base, **settings)
     run.step, run.proposals, run.records = b, [], []
-    train.METHODS[method](groups, adv, run)
+    train.METHODS[base](groups, adv, run)
     tokens = sum(v for k, v in agent.counter.items() if k.startswith("tokens/") and k != "tokens/eval") - before
     return flat_grad(tr.model, groups, adv, tr.tok.pad_token_id, cfg.temperature), tokens
+
+
+def credit_phase_module():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import credit_phase
+    return credit_phase
+
+
+def arm_settings(arm: str) -> tuple[str, dict]:
+    """An arm as bench/credit_phase.py names it, METHOD[:KEY=VALUE,...] → (method, {config field: typed
+    value}): the batch's config gets those settings (e.g. prover-plus:lam=3 or prover-plus:verify_crn=true),
+    so an option's gradient is measured on the same batches as the methods'."""
+    method, flags = credit_phase_module().parse_arm(arm)
+    if not flags:
+        return method, {}
+    given = vars(config.build_parser(suppress_defaults=True).parse_args(flags))
+    return method, given
 
 
 def cell_argv(conf: str) -> list[str]:
     """A configuration is a bench/credit_phase.py cell: keydoor options go to --env-opt, train.py
     settings (e.g. reward=score, which the apples need) to their flags — so a ladder regime's cell is
     given here verbatim. One clear line for a key that is neither."""
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import credit_phase
-    opts, flags = credit_phase.parse_cell(conf)
+    opts, flags = credit_phase_module().parse_cell(conf)
     return [*[x for o in opts for x in ("--env-opt", o)], *flags]
 
 
@@ -134,9 +151,10 @@ def main(argv=None) -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "credit_gradient"))
     args = ap.parse_args(argv)
-    bad = [m for m in args.methods if m not in train.METHODS]
+    bad = [m for m in args.methods if arm_settings(m)[0] not in train.METHODS]
     if bad:
         raise SystemExit(f"credit_gradient: unknown method {bad[0]} (train.py has: {', '.join(train.METHODS)})")
+    credit_phase_module().check_arms(args.methods, "credit_gradient")
     for p in args.policy:
         if not os.path.exists(os.path.join(p, "config.json")):
             raise SystemExit(f"credit_gradient: --policy {p}: no model folder (config.json)")

@@ -406,3 +406,14 @@ def test_credit_gradient_resumes_from_its_csv(tmp_path):
     assert [r["config"] for r in credit_gradient.load_rows(c + ".csv")] == ["rooms=2,p_nokey=0.4"]
     with pytest.raises(SystemExit, match="--config rooms=2,p_key=7: .*p_key"):
         credit_gradient.main(["--config", "rooms=2,p_key=7", "--out", c])
+    # a cell's train settings (the apples need reward=score) and an option arm on the same batches
+    d = str(tmp_path / "d")
+    credit_gradient.main([*base[2:], "--config", "rooms=3,apples=1,reward=score", "--methods", "prover-plus",
+                          "prover-plus:lam=3", "--out", d])
+    pp, lam3 = credit_gradient.load_rows(d + ".csv")
+    assert (pp["method"], lam3["method"]) == ("prover-plus", "prover-plus:lam=3") and lam3["oracle_rev"] == 2
+    assert credit_gradient.arm_settings("prover-plus:lam=3,verify_crn=true") == ("prover-plus", {"lam": 3.0, "verify_crn": True})
+    with pytest.raises(SystemExit, match="apples"):                       # the apples without the score
+        credit_gradient.main(["--config", "rooms=3,apples=1", "--out", d])
+    with pytest.raises(SystemExit, match="arm 'prover-plus:lam=-1'"):
+        credit_gradient.main(["--methods", "prover-plus:lam=-1", "--out", d])
