@@ -351,6 +351,11 @@ def validate(cfg: Config) -> dict:
             raise ValueError(f"--method {cfg.method}: needs the env's truth, which only --env keydoor has (the credit lab)")
         if cfg.rollout != "hf":
             raise ValueError(f"--method {cfg.method}: the exact credit scores the policy in this process; needs --rollout hf")
+        if cfg.method in ("prover-exact", "prover-plus-exact") and cfg.negative_credit:
+            # the exact arms replace the segment's Δ̂ only; the alternatives' estimate compares Monte Carlo
+            # continuations with the segment's, which the exact verifier does not run
+            raise ValueError(f"--method {cfg.method} with --negative-credit: not supported (the exact arms value the "
+                             "judged segment only); use --method prover-plus --negative-credit")
     if not cfg.oracle_eps >= 0:
         raise ValueError(f"--oracle-eps {cfg.oracle_eps}: must be >= 0")
     spec = envs.get_spec(cfg.env)

@@ -334,6 +334,14 @@ def test_prover_plus_exact_credits_the_exact_value_gain_of_the_judged_segment(wa
     assert any(r["applied"] for r in verified)
 
 
+def test_exact_prover_arms_refuse_negative_credit_in_one_line():
+    import config
+    for m in ("prover-exact", "prover-plus-exact"):
+        with pytest.raises(ValueError, match="--negative-credit: not supported"):
+            config.validate(config.parse_args(["--env", "keydoor", "--method", m, "--negative-credit"]))
+    config.validate(config.parse_args(["--env", "keydoor", "--method", "prover-plus", "--negative-credit"]))
+
+
 @pytest.mark.parametrize("method", ["oracle-rb", "oracle-add", "oracle", "prover-exact", "prover-plus-exact"])
 def test_ladder_arms_refuse_other_envs_with_one_line(method, capsys):
     import train
