@@ -153,8 +153,9 @@ def protocol(job, args) -> dict:
     cell, mult, method, seed = job
     p = {"cell": cell, "lr_mult": mult, "method": method, "seed": seed, "iters": args.iters,
          "eval_every": args.eval_every, "extra": list(args.extra)}
-    if parse_arm(method)[0] in ladder.REVISION:
-        p["credit_rev"] = ladder.REVISION[parse_arm(method)[0]]
+    base = parse_arm(method)[0]
+    if base in ladder.REVISION:
+        p["credit_rev"] = ladder.REVISION[base]
     return p
 
 
