@@ -77,12 +77,13 @@ class ScriptedPolicy:
         return out
 
 
-def setting(q: float):
-    """(agent, env pool, a trajectory that took the key, the key turn) for policy q."""
+def setting(q: float, pool_size: int = 48):
+    """(agent, env pool, a trajectory that took the key, the key turn) for policy q; the pool must
+    hold 2·K envs for K continuations per side."""
     spec = envs.get_spec("keydoor")
     tok = warmstart.build_tokenizer(spec.vocabulary() + warmstart.template_texts(spec))
     pool = [spec.make(split="train", seed=0, rooms=3, pivot=1, distractors=0, p_key=P_KEY, p_nokey=P_NOKEY)
-            for _ in range(48)]
+            for _ in range(pool_size)]
     agent = Agent(ScriptedPolicy(tok, q), tok, spec)
     for s in range(200):
         tr = rollout_groups(agent, pool, [s % 7], 1, 1.0, seed=s)[0][0]

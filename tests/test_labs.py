@@ -1,0 +1,86 @@
+"""LABS.md: every lab's command runs (at a reduced size) and yields the figures its text quotes; the
+measured blocks are what bench/labs.py renders from results/labs.json and the committed studies,
+and every recorded measurement is of the command LABS.md shows."""
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import labs  # noqa: E402
+
+
+def finite_numbers(x) -> list[float]:
+    """Every number in a figures dict (nested dicts / lists), for the 'nothing is nan' check."""
+    if isinstance(x, dict):
+        return [v for y in x.values() for v in finite_numbers(y)]
+    if isinstance(x, (list, tuple)):
+        return [v for y in x for v in finite_numbers(y)]
+    return [float(x)] if isinstance(x, (int, float)) and not isinstance(x, bool) else []
+
+
+@pytest.fixture(scope="module")
+def quick_out(tmp_path_factory):
+    """One output folder for the module: the ladder lab reuses the lr lab's runs there, as it does for a reader."""
+    return tmp_path_factory.mktemp("labs")
+
+
+@pytest.mark.parametrize("key", [lab.key for lab in labs.LABS])
+def test_lab_command_runs_and_gives_its_figures(key, quick_out, train_cache):
+    lab = labs.BY_KEY[key]
+    out = str(quick_out / "runs")
+    cmd = lab.quick_command(out, str(train_cache))
+    assert labs.OUT not in cmd, "the reduced run must write under the temporary folder"
+    env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONUNBUFFERED="1")
+    r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert r.returncode == 0, (cmd, r.stdout[-3000:], r.stderr[-3000:])
+    figs = lab.figures(out)         # `out` is absolute: os.path.join(ROOT, out) is out itself
+    assert finite_numbers(figs), f"lab {key}: no figures"
+    rec = labs.load_record().get(key)
+    if rec is not None:             # the reduced run yields the recorded figures' fields (a subset where it is smaller)
+        assert paths(figs) <= paths(rec["figures"]), (key, paths(figs) - paths(rec["figures"]))
+
+
+def paths(x, pre="") -> set:
+    """The key paths of a figures dict ("builtin/hit", ...), lists as one leaf."""
+    if isinstance(x, dict):
+        return {p for k, v in x.items() for p in paths(v, f"{pre}/{k}")}
+    return {pre}
+
+
+def test_labs_md_is_what_render_writes():
+    text = open(labs.LABS_MD).read()
+    assert labs.render(text, labs.load_record()) == text, "run `python bench/labs.py render`"
+
+
+def test_every_lab_has_its_blocks_and_a_measurement_of_its_command():
+    text = open(labs.LABS_MD).read()
+    record = labs.load_record()
+    for lab in labs.LABS:
+        for part in ("command", "measured"):
+            assert text.count(f"<!-- lab:{lab.key}:{part} -->") == 1, (lab.key, part)
+        assert lab.key in record, f"lab {lab.key} has no measurement in results/labs.json"
+        assert record[lab.key]["command"] == lab.command, f"lab {lab.key} was measured with another command"
+        assert all(math.isfinite(v) for v in finite_numbers(record[lab.key]["figures"])), lab.key
+        assert "nan" not in labs.measured_block(lab, record[lab.key]), lab.key
+        assert record[lab.key]["seconds"] <= 5 * 60, f"lab {lab.key} took {record[lab.key]['seconds']} s (target ≤ 5 min)"
+    order = [text.index(f"<!-- lab:{lab.key}:command -->") for lab in labs.LABS]
+    assert order == sorted(order), "LABS.md must present the labs in bench/labs.py's order"
+
+
+def test_readme_links_labs_near_its_top():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    head = "\n".join(readme.splitlines()[:15])
+    assert re.search(r"\]\(LABS\.md\)", head), "README's top must link LABS.md"
+
+
+def test_quick_substitutions_apply_and_a_changed_command_is_flagged():
+    for lab in labs.LABS:
+        lab.quick_command("/tmp/x", "/tmp/c")         # raises when a substitution no longer matches
+    lab = labs.LABS[0]
+    rec = {"command": lab.command + " --seed 1", "seconds": 1, "date": "d", "commit": "c", "figures": {}}
+    assert "Not measured yet" in labs.measured_block(lab, rec)
