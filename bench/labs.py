@@ -235,7 +235,8 @@ def ladder_text(f: dict) -> str:
     cell = lambda m, c: md_cell("credit_ladder.md", f"{regime} / {m}", c, first_cols=2)      # noqa: E731
     return (f"Seed 0, 6 updates: AUC GRPO {g:.3f}, exact credit {o:.3f}, " + ", ".join(parts) + ". The committed ladder "
             f"(`results/credit_ladder.md`, 10 paired seeds × 15 updates): exact credit Δ AUC {cell('oracle', 'Δ AUC')} "
-            f"at speed {cell('oracle', 'speed')}; the paper's ProVer Δ AUC {cell('prover', 'Δ AUC')}; "
+            f"at speed {cell('oracle', 'speed')}; the paper's ProVer Δ AUC {cell('prover', 'Δ AUC')}; prover-plus "
+            f"(λ = 1) credit efficiency {cell('prover-plus', 'credit efficiency')}; "
             f"`{LAM3}` credit efficiency {cell(LAM3, 'credit efficiency')} at {cell(LAM3, 'tokens')}× GRPO's tokens.")
 
 

@@ -106,6 +106,7 @@ def headline_claims() -> list[tuple[str, str]]:
         ("results/README.md", adaptive_bias_text()),
         ("results/README.md", phase_text("rooms=4,p_key=0.6,p_nokey=0.4")),
         ("results/README.md", phase_text("rooms=4,apples=1,reward=score")),
+        ("results/README.md", phase_text("rooms=4,p_key=0.55,p_nokey=0.45", "3")),
         ("results/README.md", ladder_text(REGIMES[0])),
         ("results/README.md", ladder_text(REGIMES[1])),
     ]
@@ -142,16 +143,18 @@ def ladder_text(regime: str) -> str:
     return f"{regime} — " + "; ".join(parts)
 
 
-def phase_text(cell: str) -> str:
-    """A phase-screen cell at GRPO's best multiplier (×10): oracle's speed ratio, the seeds ≥ 2×
+def phase_text(cell: str, mult: str = "10") -> str:
+    """A phase-screen cell at GRPO's best multiplier (`mult`): oracle's speed ratio, the seeds ≥ 2×
     faster and the paired Δ AUC (p, Holm over the table's Δ AUC tests)."""
     header, body = rows_of("credit_phase.md")
     col = {k: header.index(k) for k in ("speed (× GRPO's updates)", "seeds ≥ 2× faster", "Δ AUC vs GRPO", "p", "p (Holm)")}
-    x = next(x for x in body if x[0] == cell and x[1] == "10" and x[2] == "oracle")
+    x = next(x for x in body if x[0] == cell and x[1] == mult and x[2] == "oracle")
+    best = next(x for x in body if x[0] == cell and x[1].startswith("GRPO's best lr"))
+    assert best[1].endswith(f": {mult}"), f"{cell}: GRPO's best multiplier is not ×{mult} ({best[1]})"
     n = sum(x[2] == "oracle" for x in body)                        # the Holm family: every Δ AUC row
     assert f"Holm's adjustment over the table's {n} Δ AUC tests" in read("results/credit_phase.md")
     sp, fast, d, pp, h = (x[col[k]] for k in ("speed (× GRPO's updates)", "seeds ≥ 2× faster", "Δ AUC vs GRPO", "p", "p (Holm)"))
-    return f"{cell} at lr ×10: speed {sp} ({fast} seeds ≥ 2× faster), Δ AUC {d}, p {pp}, Holm {h}"
+    return f"{cell} at lr ×{mult}: speed {sp} ({fast} seeds ≥ 2× faster), Δ AUC {d}, p {pp}, Holm {h}"
 
 
 def adaptive_bias_text() -> str:
@@ -164,7 +167,7 @@ def adaptive_bias_text() -> str:
     return "; ".join(f(n) for n in ("fixed-2", "pooled", "fresh"))
 
 
-N_CLAIMS = 14      # len(headline_claims()); fixed here so that building the claims happens inside the tests:
+N_CLAIMS = 15      # len(headline_claims()); fixed here so that building the claims happens inside the tests:
                    # a results file that lost a row then fails these tests instead of aborting the whole
                    # suite at collection
 
