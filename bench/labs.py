@@ -65,9 +65,9 @@ def metric_mean(run: str, key: str) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def md_cell(file: str, row: str, column: str, section: str = "", first_cols: int = 1) -> str:
-    """A cell of a results/*.md table: the row whose first `first_cols` cells join (with ' / ') to
-    `row`, in the column whose header starts with `column`; under `## section` when given."""
+def md_rows(file: str, section: str = "") -> tuple[list[str], list[list[str]]]:
+    """(header cells, body rows) of the first markdown table of results/FILE, under `## section` when
+    given (tests/test_claims.py reads the results tables through this too)."""
     text = open(os.path.join(ROOT, "results", file)).read()
     if section:
         m = re.search(rf"^## {re.escape(section)}\s*$", text, re.M)
@@ -81,7 +81,13 @@ def md_cell(file: str, row: str, column: str, section: str = "", first_cols: int
         if not ln.startswith("|"):
             break
         rows.append([c.strip() for c in ln.strip().strip("|").split(" | ")])
-    header, body = rows[0], rows[2:]
+    return rows[0], rows[2:]
+
+
+def md_cell(file: str, row: str, column: str, section: str = "", first_cols: int = 1) -> str:
+    """A cell of a results/*.md table: the row whose first `first_cols` cells join (with ' / ') to
+    `row`, in the column whose header starts with `column`; under `## section` when given."""
+    header, body = md_rows(file, section)
     j = next(i for i, h in enumerate(header) if h.startswith(column))
     hits = [r for r in body if " / ".join(r[:first_cols]) == row]
     if len(hits) != 1:

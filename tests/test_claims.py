@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RES = os.path.join(ROOT, "results")
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import labs  # noqa: E402  (md_rows: the one reader of results/*.md tables)
 
 
 def read(path: str) -> str:
@@ -26,19 +29,10 @@ def read(path: str) -> str:
 
 def rows_of(file: str, section: str = "") -> tuple[list[str], list[list[str]]]:
     """(header cells, body rows) of the first markdown table under `## section` ("" = the file's first)."""
-    text = read(os.path.join("results", file))
-    if section:
-        m = re.search(rf"^## {re.escape(section)}\s*$", text, re.M)
-        assert m, f"{file}: no section '## {section}'"
-        text = text[m.end():]
-    lines = text.splitlines()
-    start = next(i for i, ln in enumerate(lines) if ln.startswith("| "))
-    rows = []
-    for ln in lines[start:]:
-        if not ln.startswith("|"):
-            break
-        rows.append([c.strip() for c in ln.strip().strip("|").split(" | ")])
-    return rows[0], rows[2:]
+    try:
+        return labs.md_rows(file, section)
+    except KeyError as e:
+        raise AssertionError(str(e)) from None
 
 
 def table(file: str, section: str = "") -> tuple[list[str], dict[str, list[str]]]:
@@ -116,22 +110,22 @@ LAM3 = "prover-plus:lam=3,negative_credit=true,verify_k=4"     # the ladder's op
 REGIMES = ("rooms=4,p_key=0.6,p_nokey=0.4@10", "rooms=4,apples=1,reward=score@10")
 
 
-def ladder_rows() -> tuple[list[str], dict]:
-    """credit_ladder.md's header and {(regime, method): row}."""
-    header, body = rows_of("credit_ladder.md")
+def ladder_rows(file: str = "credit_ladder.md") -> tuple[list[str], dict]:
+    """A ladder table's header and {(regime, method): row}."""
+    header, body = rows_of(file)
     ri, mi = header.index("regime"), header.index("method")
     return header, {(x[ri], x[mi]): x for x in body}
 
 
-def ladder_text(regime: str) -> str:
-    """One regime of the ladder: oracle's speed and Δ AUC; per ProVer arm its Δ AUC (p, Holm over
+def ladder_text(regime: str, file: str = "credit_ladder.md") -> str:
+    """One regime of a ladder table: oracle's speed and Δ AUC; per ProVer arm its Δ AUC (p, Holm over
     the table's tests), credit efficiency, the E ≥ ½ test's Holm p and tokens × GRPO."""
-    header, r = ladder_rows()
+    header, r = ladder_rows(file)
     col = {k: header.index(k) for k in ("speed (× GRPO)", "Δ AUC vs GRPO", "credit efficiency", "tokens × GRPO")}
     p = [i for i, h in enumerate(header) if h == "p"]               # Δ AUC's p, then the E ≥ ½ test's
     holm = [i for i, h in enumerate(header) if h == "p (Holm)"]
     n = sum(x[col["Δ AUC vs GRPO"]] != "–" for x in r.values()) + sum(x[col["credit efficiency"]] != "–" for x in r.values())
-    assert f"Holm over the table's {n} tests" in read("results/credit_ladder.md")
+    assert f"Holm over the table's {n} tests" in read(f"results/{file}")
     o = r[(regime, "oracle")]
     parts = [f"oracle: speed {o[col['speed (× GRPO)']]}, Δ AUC {o[col['Δ AUC vs GRPO']]}, p {o[p[0]]}, Holm {o[holm[0]]}"]
     for m in ("prover", "prover-plus", LAM3):
