@@ -221,7 +221,10 @@ def lr_text(f: dict) -> str:
          f"(n={ref['g10'][1]}); exact credit {ref['o10'][0]:.3f} at ×10 (n={ref['o10'][1]})")
     if ref["o1"][1]:
         s += f" and {ref['o1'][0]:.3f} at ×1 (n={ref['o1'][1]})"
-    return s + "."
+    step = "more" if g10["auc"] > o1["auc"] else "less"
+    return (s + f". In this run the tenfold step moved p_key_held {step} than perfect credit at the default step "
+            f"(GRPO ×10 AUC {g10['auc']:.2f} against exact credit ×1 {o1['auc']:.2f}), and at either step exact credit "
+            + ("beat" if o1["auc"] > g1["auc"] and o10["auc"] > g10["auc"] else "did not always beat") + " GRPO.")
 
 
 def ladder_figures(out: str) -> dict:
@@ -258,9 +261,12 @@ def horizon_text(f: dict) -> str:
     def row(m):
         return " / ".join(f"{f[f'rooms={n}/{m}']['cosine']:.2f}" for n in HORIZON_ROOMS)
     tok = " / ".join(f"{f[f'rooms={n}/grpo']['tokens']:.0f}" for n in HORIZON_ROOMS)
+    lo, hi = HORIZON_ROOMS[0], HORIZON_ROOMS[-1]
+    drop = {m: f[f"rooms={lo}/{m}"]["cosine"] - f[f"rooms={hi}/{m}"]["cosine"] for m in ("grpo", "prover-plus")}
     lab_rooms = (4, 8, 16)
     return (f"Cosine to the exact-credit gradient at rooms {' / '.join(map(str, HORIZON_ROOMS))}: GRPO {row('grpo')}, "
-            f"prover-plus {row('prover-plus')}; rollout tokens per batch {tok} (GRPO). The committed credit lab "
+            f"prover-plus {row('prover-plus')} (from rooms {lo} to {hi} GRPO's falls by {drop['grpo']:.2f}, "
+            f"prover-plus's by {drop['prover-plus']:.2f}); rollout tokens per batch {tok} (GRPO). The committed credit lab "
             f"(`results/credit_lab.md`, 10 seeds × 40 updates): prover-plus's Δ q_key over GRPO at update 10 is "
             + " / ".join(md_cell("credit_lab.md", "prover-plus", "Δ q_key vs GRPO at update 10", section=f"rooms = {n}")
                          for n in lab_rooms) + f" at rooms {' / '.join(map(str, lab_rooms))}.")
