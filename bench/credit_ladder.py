@@ -110,6 +110,11 @@ def report(args, jobs) -> str:
             st["speed"] = paired.summary(list(sp.values())) if sp else None
             tr = [tok[me][s] / tok["grpo"][s] for s in tok[me] if s in tok.get("grpo", {}) and tok["grpo"][s]]
             st["tokens"] = paired.mean(tr) if tr else None
+            both = [s for s in tok[me] if s in tok.get("grpo", {})]
+            # the ratio of the means beside the mean of per-seed ratios: GRPO's own tokens per update vary
+            # several-fold over seeds (some drift to long outputs), which moves the two summaries apart
+            st["tokens_rom"] = (sum(tok[me][s] for s in both) / sum(tok["grpo"][s] for s in both)
+                                if both and sum(tok["grpo"][s] for s in both) else None)
             st["secs"] = paired.mean([res[(cell, mult, me, s)]["iter_seconds"] for s in by[me]]) if by[me] else None
             if me != "grpo" and by[me] and g:
                 tests[(name, me, "delta")] = st["delta"] = paired.paired(by[me], g)
@@ -140,7 +145,8 @@ def report(args, jobs) -> str:
              "credit efficiency E = mean(AUC − AUC_grpo) / mean(AUC_oracle − AUC_grpo), 95% paired bootstrap CI; "
              "'E ≥ ½' = the paired test of (AUC − AUC_grpo) − ½(AUC_oracle − AUC_grpo); mean [95% t CI] (n) "
              f"elsewhere; p exact sign-flip, Holm over the table's {len(adj)} tests (every Δ AUC and every E ≥ ½ "
-             "test); tokens = generated tokens per update × GRPO's on the same seeds.\n",
+             "test); tokens = generated tokens per update × GRPO's on the same seeds: the mean of per-seed ratios "
+             "(in brackets: the ratio of the means).\n",
              "| regime | method | n | AUC | speed (× GRPO) | Δ AUC vs GRPO | p | p (Holm) | credit efficiency | "
              "E − ½ (in AUC) | p | p (Holm) | tokens × GRPO | s / update |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -156,7 +162,7 @@ def report(args, jobs) -> str:
             f"{fmt_eff(e)} | "
             f"{paired.fmt(h, digits=3, sign=True) if h else '–'} | {paired.fmt_p(h.get('p')) if h else '–'} | "
             f"{paired.fmt_p(adj.get((name, me, 'half'))) if h else '–'} | "
-            f"{'–' if st['tokens'] is None else format(st['tokens'], '.2f')} | "
+            f"{'–' if st['tokens'] is None else format(st['tokens'], '.2f') + ' (' + format(st['tokens_rom'], '.2f') + ')'} | "
             f"{st['secs']:.1f} |")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:

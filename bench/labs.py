@@ -246,7 +246,8 @@ def ladder_text(f: dict) -> str:
             f"(`results/credit_ladder.md`, 10 paired seeds × 15 updates): exact credit Δ AUC {cell('oracle', 'Δ AUC')} "
             f"at speed {cell('oracle', 'speed')}; the paper's ProVer Δ AUC {cell('prover', 'Δ AUC')}; prover-plus "
             f"(λ = 1) credit efficiency {cell('prover-plus', 'credit efficiency')}; "
-            f"`{LAM3}` credit efficiency {cell(LAM3, 'credit efficiency')} at {cell(LAM3, 'tokens')}× GRPO's tokens.")
+            f"`{LAM3}` credit efficiency {cell(LAM3, 'credit efficiency')} at {cell(LAM3, 'tokens').split()[0]}× GRPO's "
+            f"tokens (mean of per-seed ratios).")
 
 
 def horizon_figures(out: str) -> dict:
