@@ -84,3 +84,20 @@ def test_quick_substitutions_apply_and_a_changed_command_is_flagged():
     lab = labs.LABS[0]
     rec = {"command": lab.command + " --seed 1", "seconds": 1, "date": "d", "commit": "c", "figures": {}}
     assert "Not measured yet" in labs.measured_block(lab, rec)
+
+
+def test_verify_noise_against_its_analytic_values():
+    """bench/verify_noise.py (lab 3): under CRN the neutral segment's two sides share every door draw,
+    so every Δ̂ is exactly 0 (never credited); without CRN it is not; the pivotal segment's mean Δ̂
+    sits near A_seg = (1 − q)(p_key − p_nokey) and its SD near the independent-sides prediction."""
+    import verify_noise as vn
+    import adaptive_bias
+    setting = adaptive_bias.setting(0.5, pool_size=64)
+    crn = vn.measure(0.5, "neutral", 8, True, 20, setting)
+    assert crn["true"] == 0 and crn["sd"] == 0 and crn["credited"] == 0
+    ind = vn.measure(0.5, "neutral", 8, False, 20, setting)
+    assert ind["sd"] > 0
+    piv = vn.measure(0.5, "pivotal", 32, False, 40, setting)
+    assert piv["true"] == pytest.approx(0.5 * (adaptive_bias.P_KEY - adaptive_bias.P_NOKEY))
+    assert abs(piv["mean"] - piv["true"]) < 4 * piv["mc_se"]
+    assert 0.5 < piv["sd"] / piv["sd_independent"] < 1.5
