@@ -32,7 +32,6 @@ import math
 import os
 import re
 import subprocess
-import sys
 import time
 from typing import Callable
 
@@ -198,13 +197,9 @@ def verify_text(f: dict) -> str:
             f"{p(8, 'crn')['sd']:.2f}. ({p(8)['n']} estimates per row.)")
 
 
-def phase_rows(path: str) -> list[dict]:
-    return read_csv(os.path.join(ROOT, path))
-
-
 def lr_figures(out: str) -> dict:
     f = {}
-    for r in phase_rows(os.path.join(out, "lr", "lr.csv")):
+    for r in read_csv(os.path.join(ROOT, out, "lr", "lr.csv")):
         f[f"{r['method']}-x{float(r['lr_mult']):g}"] = {"auc": float(r["auc"]), "init": float(r["p_key_init"]),
                                                         "final": float(r["p_key_final"])}
     return f

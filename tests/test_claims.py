@@ -103,10 +103,16 @@ def headline_claims() -> list[tuple[str, str]]:
         ("results/README.md", phase_text("rooms=4,p_key=0.55,p_nokey=0.45", "3")),
         ("results/README.md", ladder_text(REGIMES[0])),
         ("results/README.md", ladder_text(REGIMES[1])),
+        ("results/README.md", tinygap_text()),
     ]
 
 
 LAM3 = "prover-plus:lam=3,negative_credit=true,verify_k=4"     # the ladder's option arm (README names its flags)
+TINYGAP = "rooms=4,p_key=0.55,p_nokey=0.45@3"                   # credit_ladder_tinygap.md's regime (its own study)
+
+
+def tinygap_text() -> str:
+    return ladder_text(TINYGAP, "credit_ladder_tinygap.md")
 REGIMES = ("rooms=4,p_key=0.6,p_nokey=0.4@10", "rooms=4,apples=1,reward=score@10")
 
 
@@ -128,10 +134,9 @@ def ladder_text(regime: str, file: str = "credit_ladder.md") -> str:
     assert f"Holm over the table's {n} tests" in read(f"results/{file}")
     o = r[(regime, "oracle")]
     parts = [f"oracle: speed {o[col['speed (× GRPO)']]}, Δ AUC {o[col['Δ AUC vs GRPO']]}, p {o[p[0]]}, Holm {o[holm[0]]}"]
-    for m in ("prover", "prover-plus", LAM3):
-        if (regime, m) not in r:
+    for (reg, m), x in r.items():                                  # the ProVer arms in the table's order
+        if reg != regime or m in ("grpo", "oracle"):
             continue
-        x = r[(regime, m)]
         parts.append(f"{m}: Δ AUC {x[col['Δ AUC vs GRPO']]}, Holm {x[holm[0]]}, credit efficiency "
                      f"{x[col['credit efficiency']]}, E ≥ ½ Holm {x[holm[1]]}, tokens × GRPO {x[col['tokens × GRPO']]}")
     return f"{regime} — " + "; ".join(parts)
@@ -161,7 +166,7 @@ def adaptive_bias_text() -> str:
     return "; ".join(f(n) for n in ("fixed-2", "pooled", "fresh"))
 
 
-N_CLAIMS = 15      # len(headline_claims()); fixed here so that building the claims happens inside the tests:
+N_CLAIMS = 16      # len(headline_claims()); fixed here so that building the claims happens inside the tests:
                    # a results file that lost a row then fails these tests instead of aborting the whole
                    # suite at collection
 
@@ -245,3 +250,17 @@ def test_readme_ladder_sentences_follow_the_files():
     assert number(pp[col["Δ AUC vs GRPO"]]) > 0 and 0 < number(pp[col["credit efficiency"]]) < 0.5
     x = r[(sg, LAM3)]
     assert number(x[col["credit efficiency"]]) > 0.5 and number(x[holm[1]]) < 0.05 and number(x[col["tokens × GRPO"]]) <= 1.3
+    # "With a tiny gap (0.55 / 0.45; GRPO's best rate ×3) exact credit needs under half of GRPO's updates, and
+    # the same options get most of its gain even at `--verify-k 1`, but at 1.5× GRPO's tokens."
+    for s in ("With a tiny gap (0.55 / 0.45; GRPO's best rate ×3) exact credit needs under half of GRPO's updates",
+              "the same options get most of its gain even at `--verify-k 1`, but at 1.5× GRPO's tokens"):
+        assert s in text, s
+    header, r = ladder_rows("credit_ladder_tinygap.md")
+    col = {k: header.index(k) for k in ("speed (× GRPO)", "credit efficiency", "tokens × GRPO")}
+    holm = [i for i, x in enumerate(header) if x == "p (Holm)"]
+    assert number(r[(TINYGAP, "oracle")][col["speed (× GRPO)"]]) < 0.5
+    k1 = r[(TINYGAP, LAM3.replace("verify_k=4", "verify_k=1"))]
+    assert number(k1[col["credit efficiency"]]) > 0.5 and number(k1[holm[1]]) < 0.05
+    assert f"{number(k1[col['tokens × GRPO']]):.1f}" == "1.5"
+    best = next(x for x in rows_of("credit_phase.md")[1] if x[0] == TINYGAP.split("@")[0] and x[1].startswith("GRPO's best"))
+    assert best[1].endswith(": 3"), best
