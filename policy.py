@@ -248,10 +248,11 @@ class Qwen3Runner:
                 and not getattr(c, "use_sliding_window", False)
                 and all(t == "full_attention" for t in (getattr(c, "layer_types", None) or ["full_attention"])))
 
-    def _forward(self, ids, pos, mask, rows, start: int) -> torch.Tensor:
+    def _forward(self, ids, pos, mask, rows, start: int, last: bool = True) -> torch.Tensor:
         """ids, pos (b, T); mask (b, 1, T, start+T) bool (True = may attend); rows: the cache rows
         (a slice or an index tensor) these b sequences own; their K, V go to columns
-        [start, start+T). Returns the last position's logits (b, V)."""
+        [start, start+T). Returns the last position's logits (b, V), or with last=False the final
+        norm's output at every position (b, T, D), for a caller that applies the head to a few."""
         mm = self.m.model
         h = mm.embed_tokens(ids)                                            # (b, T, D)
         cos, sin = mm.rotary_emb(h, pos)                                    # (b, T, hd) each
@@ -271,6 +272,8 @@ class Qwen3Runner:
             h = h + a.o_proj(o.transpose(1, 2).reshape(b, T, self.nh * self.hd))
             x = layer.post_attention_layernorm(h)
             h = h + mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
+        if not last:
+            return mm.norm(h)                                               # (b, T, D)
         return self.m.lm_head(mm.norm(h[:, -1]))                            # (b, V)
 
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:

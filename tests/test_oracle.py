@@ -241,6 +241,26 @@ def test_model_policy_against_monte_carlo_with_the_real_sampler(warm):
     assert 0.3 < pi["take key"] < 0.9 and sum(pi.values()) <= 1.0
 
 
+def test_model_policy_shared_prompt_equals_the_plain_path(warm):
+    """The shared-prompt scorer (one prompt forward per view, its K, V copied to each candidate)
+    gives the plain path's probabilities at every node of a small DP, and the same values."""
+    model, agent = warm
+    kw = {"rooms": 4, "p_key": 0.6, "p_nokey": 0.4}
+    env, s0 = _start(kw, task=2)
+    plain = oracle.ModelPolicy(model, agent, 1.0, share_prompt=False)
+    shared = oracle.ModelPolicy(model, agent, 1.0, chunk=40)       # small chunks: several prefills
+    assert shared.share_prompt and not plain.share_prompt
+    o1 = oracle.Oracle(kw, plain, history_len=2, eps=1e-4)
+    o2 = oracle.Oracle(kw, shared, history_len=2, eps=1e-4)
+    assert o2.values([s0])[0] == pytest.approx(o1.values([s0])[0], abs=1e-5)
+    assert set(o1.pi) == set(o2.pi) and len(o1.pi) > 20
+    for k in o1.pi:
+        assert o1.pi[k].keys() == o2.pi[k].keys()
+        for a in o1.pi[k]:
+            assert o2.pi[k][a] == pytest.approx(o1.pi[k][a], abs=1e-5)
+    assert shared.calls > 1
+
+
 def test_ladder_arms_run_on_keydoor(warm, tmp_path):
     import config
     import ladder
