@@ -131,6 +131,8 @@ class Config:
     """adaptive K: continuations in rounds of --verify-k per side until Δ̂ ≠ 0 and |Δ̂| ≥ z·SE, or this many per side (0 = off: one round, the paper's)"""
     verify_estimate: str = "fresh"
     """with --verify-k-max: fresh (Δ̂ and SE from a second, independent batch of as many continuations as the stopping rounds used: unbiased, about twice the cost) | pooled (Δ̂ over the stopping rounds themselves: cheaper, biased towards large |Δ̂| because the rounds that stop are those whose noise cleared z·SE)"""
+    judge_max: int = 0
+    """judge at most this many eligible groups per update, drawn at random (seeded by --seed and the update); 0 = every eligible group (the paper). The judge's and the verification's tokens scale with the groups judged: this trades credit for cost"""
     negative_credit: bool = False
     """also verify the failures' different actions at the segment's start state (same prompt view) against the shared V̂(s_pre); one verifiably worse (the --credit-test on V̂(s_pre) − V̂(s_after)) gets λ·(V̂(s_after) − V̂(s_pre)) < 0 on its turns"""
     focus: float = 1.0
@@ -318,6 +320,7 @@ RULES = [
     ("threads", lambda v: v >= 0, ">= 0 (0 = auto)"), ("judge_timeout", lambda v: v > 0, "> 0"),
     ("credit_z", lambda v: v >= 0, ">= 0 (SEs below Δ̂)"), ("verify_k_max", lambda v: v >= 0, ">= 0 (0 = off)"),
     ("focus", lambda v: 0.0 <= v <= 1.0, "β, must be in [0, 1] (1 = the paper)"),
+    ("judge_max", lambda v: v >= 0, ">= 0 (0 = every eligible group)"),
 ]
 
 

@@ -26,6 +26,11 @@ history length. The prompt view of turn t of trajectory j is what the compact pr
     (it sees every success's preview; judge.py validates the choice, and an invalid one falls back
     to the shortest with reason key "success_choice", counted as prover/success_fallback/*).
 
+--judge-max N   (default 0 = all) judge at most N of the update's eligible groups, a uniform draw
+    seeded by (--seed, update); the others are counted as prover/unjudged. The judge's and the
+    verification's tokens scale with the groups judged, so this is the knob that trades credit
+    for cost (a cheap judge per group matters less than the number of groups judged).
+
 --credit-test positive|se|shrink  (with --credit-z z, default 1) the credit rule of step 4:
     positive   credit iff Δ̂ > m,                 bonus b = λ·Δ̂          (paper)
     se         credit iff Δ̂ > m and Δ̂ > z·SE,    bonus b = λ·Δ̂
@@ -102,6 +107,7 @@ train.py turns into the update's line of records.jsonl (records.py) and report.h
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections import Counter
 
 import grpo
@@ -182,6 +188,15 @@ def credit_decision(delta: float, se: float, cfg) -> tuple[bool, float]:
     return ok, cfg.lam * (delta if cfg.credit_test == "se" else max(lcb, 0.0))
 
 
+def judged_groups(groups, cfg, step: int) -> set[int]:
+    """The eligible groups this update judges: all of them, or with --judge-max N > 0 a uniform
+    draw of N (seeded by the run's seed and the update, so a resumed run draws the same)."""
+    idx = [g for g, group in enumerate(groups) if eligible(group, cfg.min_success, cfg.max_success)]
+    if cfg.judge_max <= 0 or len(idx) <= cfg.judge_max:
+        return set(idx)
+    return set(random.Random(cfg.seed * 1_000_003 + step).sample(idx, cfg.judge_max))
+
+
 def credit(groups, adv, run, overrides: dict | None = None, estimate=None) -> dict:
     """ProVer credit for one batch. `adv[g][i][t]` (GRPO per-turn advantages) is updated in place;
     returns the metrics of this step (prover/*). `overrides`: config fields to replace for this
@@ -197,10 +212,14 @@ def credit(groups, adv, run, overrides: dict | None = None, estimate=None) -> di
     report: list[str] = []
     extra: dict[str, list[float]] = {"bonus": [], "k": [], "crn_se": []}
     refused = None       # the judge's endpoint refused a connection in this update (see below)
+    chosen = judged_groups(groups, cfg, run.step)
     for g, group in enumerate(groups):
         if not eligible(group, cfg.min_success, cfg.max_success):
             continue
         st["eligible"] += 1
+        if g not in chosen:                    # --judge-max: over this update's judging budget
+            st["unjudged"] += 1
+            continue
         sid = shortest_success(group)
         # 2. propose
         if refused is not None:

@@ -165,6 +165,35 @@ def test_options_on_detects_every_non_default():
         assert prover.options_on(config.Config(**kw)), kw
 
 
+def test_judge_max_judges_a_seeded_draw_of_the_eligible_groups(tmp_path, monkeypatch):
+    """--judge-max 2 over five eligible groups (and one all-failure group, never eligible): two are
+    judged and verified, three counted unjudged; the draw is fixed by (seed, update) and a resumed
+    run draws the same; over many updates every eligible group is drawn about equally often."""
+    monkeypatch.setattr(verify, "estimate", Outcomes(PRE, POST).estimate)
+    groups = [hand_group() for _ in range(5)] + [[traj(0, ["go east", "go east", "open door"], False)] * 3]
+    for g, group in enumerate(groups):
+        for tr in group:
+            tr.group_id = g
+    cfg = config.Config(env="keydoor", verify_k=4, judge_max=2, seed=7)
+    jd = FixedJudge()
+    run = make_run(tmp_path, cfg, jd)
+    adv = grpo.trajectory_advantages(groups)
+    base = [[list(t) for t in g] for g in adv]
+    st = prover.credit(groups, adv, run)
+    assert (st["prover/eligible"], st["prover/proposals"], st["prover/unjudged"], st["prover/credited"]) == (5, 2, 3, 2)
+    chosen = prover.judged_groups(groups, cfg, run.step)
+    assert len(chosen) == 2 and chosen <= set(range(5))
+    assert {g for g in range(6) if adv[g] != base[g]} == chosen            # only the judged groups change
+    assert prover.judged_groups(groups, cfg, run.step) == chosen           # same (seed, update): same draw
+    counts = Counter(g for step in range(500) for g in prover.judged_groups(groups, cfg, step))
+    assert set(counts) == set(range(5)) and all(150 < c < 250 for c in counts.values())   # 2/5 of 500 each
+    # 0 (the default) and a budget at least the eligible count judge every eligible group
+    for k in (0, 5, 9):
+        assert prover.judged_groups(groups, config.Config(judge_max=k), 1) == set(range(5))
+    with pytest.raises(ValueError, match="--judge-max -1"):
+        config.validate(config.Config(judge_max=-1))
+
+
 # ---------------------------------------------------------------------------------------------
 # --credit-test / --credit-z
 # ---------------------------------------------------------------------------------------------
