@@ -153,10 +153,11 @@ def judge_figures(out: str) -> dict:
     f = {}
     for judge in ("builtin", "random"):
         run = os.path.join(out, f"judge-{judge}")
+        rows = list(jsonl(os.path.join(ROOT, run, "metrics.jsonl")))
         f[judge] = {"hit": metric_mean(run, "lab/judge_hit"), "accept": metric_mean(run, "prover/accept_rate"),
                     "delta": metric_mean(run, "prover/delta_mean"),
-                    "proposals": sum(r.get("prover/proposals") or 0 for r in jsonl(os.path.join(ROOT, run, "metrics.jsonl"))),
-                    "credited": sum(r.get("prover/credited") or 0 for r in jsonl(os.path.join(ROOT, run, "metrics.jsonl")))}
+                    "proposals": sum(r.get("prover/proposals") or 0 for r in rows),
+                    "credited": sum(r.get("prover/credited") or 0 for r in rows)}
     return f
 
 
@@ -395,7 +396,10 @@ def measured_block(lab: Lab, rec: dict | None) -> str:
     if rec is None or rec.get("command") != lab.command:
         return "*Not measured yet with this command: `python bench/labs.py run " + lab.key + "`.*"
     mins = rec["seconds"] / 60
-    where = "alone on the 2 cores" if not rec.get("note") else rec["note"]
+    # the 1-min load average at the start includes the tail of a lab that just ended (`run --all`):
+    # it is shown, not read as "something else was running"; the note says what else was
+    where = (rec.get("note") or "no other job noted") + (f", load {rec['load_before']:.1f} at start"
+                                                           if rec.get("load_before") is not None else "")
     return (f"**We measured** ({rec['date']}, commit `{rec['commit']}`, {mins:.1f} min, {where}; "
             f"`results/labs.json`): {lab.text(rec['figures'])}")
 
