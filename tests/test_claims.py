@@ -264,3 +264,50 @@ def test_readme_ladder_sentences_follow_the_files():
     assert f"{number(k1[col['tokens × GRPO']]):.1f}" == "1.5"
     best = next(x for x in rows_of("credit_phase.md")[1] if x[0] == TINYGAP.split("@")[0] and x[1].startswith("GRPO's best"))
     assert best[1].endswith(": 3"), best
+
+
+# ---------------------------------------------------------------------------------------------
+# Refreshing results/README.md's generated rows:  python tests/test_claims.py --refresh
+# ---------------------------------------------------------------------------------------------
+def claim_key(text: str) -> str | None:
+    """The leading key that names what a phase or ladder claim is about ("CELL at lr ×M:" or
+    "REGIME — "); None for the other claims, which are edited by hand."""
+    m = re.match(r"^(\S+ at lr ×\S+:|\S+ — )", text)
+    return m.group(1) if m else None
+
+
+def refresh_rows(doc: str = "results/README.md") -> list[str]:
+    """Rewrite the middle cell of every row of `doc` that starts with a phase or ladder claim's key
+    with that claim as the files now give it (after a study grew or was re-reported); returns the
+    keys rewritten. The tests above then check every claim, so a row this cannot find still fails."""
+    lines = read(doc).split("\n")
+    done = []
+    for d, text in headline_claims():
+        key = claim_key(text)
+        if d != doc or key is None:
+            continue
+        for i, ln in enumerate(lines):
+            cells = ln.split(" | ")
+            if ln.startswith("| ") and len(cells) >= 3 and cells[1].startswith(key):
+                lines[i] = " | ".join([cells[0], text] + cells[2:])
+                done.append(key)
+    with open(os.path.join(ROOT, doc), "w") as f:
+        f.write("\n".join(lines))
+    return done
+
+
+def test_refresh_finds_every_generated_row():
+    """Every phase and ladder claim has a row that --refresh can find by its key (one row each)."""
+    lines = read("results/README.md").split("\n")
+    for _, text in headline_claims():
+        key = claim_key(text)
+        if key is not None:
+            hits = [ln for ln in lines if ln.startswith("| ") and ln.split(" | ")[1:2] and ln.split(" | ")[1].startswith(key)]
+            assert len(hits) == 1, (key, len(hits))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--refresh"]:
+        raise SystemExit("usage: python tests/test_claims.py --refresh   (rewrites results/README.md's generated rows)")
+    for k in refresh_rows():
+        print("refreshed:", k)
