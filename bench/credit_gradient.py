@@ -50,11 +50,17 @@ import ladder  # noqa: E402
 from rollout import rollout_groups  # noqa: E402
 
 ORACLE_REV = ladder.REVISION["oracle"]
+# What "tokens" counts: the generated tokens of rollouts, verification and the judge's answers — the
+# same counters the trainer's ladder sums (bench/credit_lab.py's tokens_per_update). Revision 1
+# summed every tokens/* counter, which took in tokens/judge_prompt (what an LLM judge reads, summed
+# over its calls): rows of revision 1 overstate the judged methods' tokens and are marked in the md.
+GENERATED = ("tokens/rollout", "tokens/verify", "tokens/judge")
+TOKENS_REV = 2
 DEFAULT_POLICY = os.path.join(ROOT, "results", "warmstarts", "tiny-keydoor-b3062f60c292")
 METHODS = ["grpo", "oracle-rb", "prover", "prover-exact", "prover-plus", "prover-plus-exact", "oracle-add", "oracle",
            "grpo-matched", "gigpo", "spo-chain"]
 COLUMNS = ["config", "policy", "method", "tokens", "cosine", "cosine_sd", "bias", "snr", "batches", "ref_batches", "tasks", "group",
-           "oracle_rev"]
+           "oracle_rev", "tokens_rev"]
 
 
 def load_rows(path: str) -> list[dict]:
@@ -68,14 +74,17 @@ def load_rows(path: str) -> list[dict]:
     num = {"tokens", "cosine", "cosine_sd", "bias", "snr"}
     for r in rows:                   # rows from before the column: g* and the oracle rows used revision 1
         r["oracle_rev"] = r.get("oracle_rev") or "1"
-    return [{k: (float(v) if k in num else int(v) if k in ("batches", "ref_batches", "tasks", "group", "oracle_rev") else v)
+        r["tokens_rev"] = r.get("tokens_rev") or "1"    # rows from before the column counted the judge's prompt
+    return [{k: (float(v) if k in num else int(v) if k in ("batches", "ref_batches", "tasks", "group", "oracle_rev", "tokens_rev") else v)
              for k, v in r.items()} for r in rows if r.get("ref_batches")]       # rows of the old format: dropped
 
 
 def row_key(r: dict) -> tuple:
-    """A row is reused only under the same settings and the same revision of the exact credit behind
-    g* (ladder.REVISION["oracle"]: 2 keeps the update's format penalty, 1 did not)."""
-    return (r["config"], r["policy"], r["method"], r["batches"], r["ref_batches"], r["tasks"], r["group"], r["oracle_rev"])
+    """A row is reused only under the same settings and the same revisions of the exact credit behind
+    g* (ladder.REVISION["oracle"]: 2 keeps the update's format penalty, 1 did not) and of the token
+    count (TOKENS_REV)."""
+    return (r["config"], r["policy"], r["method"], r["batches"], r["ref_batches"], r["tasks"], r["group"], r["oracle_rev"],
+            r["tokens_rev"])
 
 
 def flat_grad(model, groups, adv, pad_id: int, temperature: float) -> torch.Tensor:
@@ -95,7 +104,7 @@ def batch(tr, method: str, b: int, run) -> tuple[torch.Tensor, int]:
     """One batch of `method`: rollouts, GRPO advantages, the method's credit, the gradient."""
     cfg = tr.cfg
     agent = run.agent
-    before = sum(v for k, v in agent.counter.items() if k.startswith("tokens/") and k != "tokens/eval")
+    before = sum(agent.counter[k] for k in GENERATED)
     tasks = [hash((b, k, 0xBA7C)) % 10**6 for k in range(cfg.tasks_per_iter)]
     groups = rollout_groups(agent, tr.train_envs, tasks, cfg.group_size, cfg.temperature, seed=hash((b, 0x5EED)) & 0x7FFFFFFF)
     adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
@@ -103,7 +112,7 @@ def batch(tr, method: str, b: int, run) -> tuple[torch.Tensor, int]:
     run.cfg = dataclasses.replace(cfg, method=base, **settings)
     run.step, run.proposals, run.records = b, [], []
     train.METHODS[base](groups, adv, run)
-    tokens = sum(v for k, v in agent.counter.items() if k.startswith("tokens/") and k != "tokens/eval") - before
+    tokens = sum(agent.counter[k] for k in GENERATED) - before
     return flat_grad(tr.model, groups, adv, tr.tok.pad_token_id, cfg.temperature), tokens
 
 
@@ -184,7 +193,7 @@ def main(argv=None) -> None:
             todo = [m for m in args.methods if row_key({"config": conf, "policy": name, "method": m,
                                                         "batches": args.repeats, "ref_batches": args.ref_batches,
                                                         "tasks": args.tasks, "group": args.group,
-                                                        "oracle_rev": ORACLE_REV}) not in done]
+                                                        "oracle_rev": ORACLE_REV, "tokens_rev": TOKENS_REV}) not in done]
             if not todo:
                 print(f"{conf} {name}: every method done (reused from {args.out}.csv)")
                 continue
@@ -201,11 +210,16 @@ def main(argv=None) -> None:
                 noise = ((G - mean) ** 2).sum(1).mean()
                 cs = [cos(g, g_star) for g in gs]
                 mc = sum(cs) / len(cs)
+                # a row of an older token count with the same settings is superseded (its batches are
+                # these batches: only the tokens column differed)
+                out_rows[:] = [r for r in out_rows if row_key(r)[:-1] != row_key({"config": conf, "policy": name, "method": m,
+                               "batches": len(gs), "ref_batches": args.ref_batches, "tasks": args.tasks, "group": args.group,
+                               "oracle_rev": ORACLE_REV, "tokens_rev": TOKENS_REV})[:-1]]
                 out_rows.append({"config": conf, "policy": name, "method": m, "tokens": sum(toks) / len(toks),
                                  "cosine": mc, "cosine_sd": math.sqrt(sum((c - mc) ** 2 for c in cs) / max(1, len(cs) - 1)),
                                  "bias": 1 - cos(mean, g_star), "snr": float(mean.norm() ** 2 / noise) if noise > 0 else float("inf"),
                                  "batches": len(gs), "ref_batches": args.ref_batches, "tasks": args.tasks, "group": args.group,
-                                 "oracle_rev": ORACLE_REV})
+                                 "oracle_rev": ORACLE_REV, "tokens_rev": TOKENS_REV})
                 print(out_rows[-1])
                 write(args, out_rows, time.time() - t0)       # after every row: a stopped sitting loses one method
     write(args, out_rows, time.time() - t0)
@@ -234,11 +248,14 @@ def write(args, out_rows: list[dict], seconds: float) -> None:
              "SNR: |mean ĝ_m|² / mean |ĝ_m − mean ĝ_m|². The oracle row's cosine is against a reference built from "
              "its own kind of batches (independent ones), so it is the ceiling at this batch size. A* rev: the revision "
              "of the exact credit behind g* and the oracle arms (ladder.REVISION; 1 = before the arm kept the update's "
-             "format penalty, which changes only the turns without action tags).", "",
+             "format penalty, which changes only the turns without action tags). tokens / batch: generated tokens "
+             "(rollouts, verification, the judge's answers); a † marks a row of token-count revision 1, which also "
+             "counted the judge's prompt tokens (read, not generated), so it overstates a judged method's cost.", "",
              "| config | policy | method | tokens / batch | cosine | bias | SNR | batches | g* batches | A* rev |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in out_rows:
-        lines.append(f"| {r['config']} | {r['policy']} | {r['method']} | {r['tokens']:.0f} | {r['cosine']:.3f} ± {r['cosine_sd']:.3f} | "
+        tok = f"{r['tokens']:.0f}" + ("†" if r["tokens_rev"] < TOKENS_REV else "")
+        lines.append(f"| {r['config']} | {r['policy']} | {r['method']} | {tok} | {r['cosine']:.3f} ± {r['cosine_sd']:.3f} | "
                      f"{r['bias']:.3f} | {r['snr']:.3f} | {r['batches']} | {r['ref_batches']} | {r['oracle_rev']} |")
     open(args.out + ".md", "w").write("\n".join(lines) + "\n")
 

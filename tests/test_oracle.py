@@ -2,6 +2,7 @@
 
     python -m pytest -q tests/test_oracle.py
 """
+import argparse
 import math
 import os
 import sys
@@ -425,6 +426,22 @@ def test_credit_gradient_resumes_from_its_csv(tmp_path):
     credit_gradient.main([*base, "--methods", "grpo", "oracle", "--out", a])
     rows = credit_gradient.load_rows(a + ".csv")
     assert [r["method"] for r in rows] == ["grpo", "oracle"] and rows[0] == first[0]
+    # a row of token-count revision 1 (it also counted the judge's prompt) is marked and not reused
+    import csv as _csv
+    with open(a + ".csv", newline="") as f:
+        old = list(_csv.DictReader(f))
+    assert all(r["tokens_rev"] == "2" for r in old)
+    old[0]["tokens_rev"] = "1"
+    with open(a + ".csv", "w", newline="") as f:
+        w = _csv.DictWriter(f, fieldnames=list(old[0]))
+        w.writeheader()
+        w.writerows(old)
+    credit_gradient.write(argparse.Namespace(out=a), credit_gradient.load_rows(a + ".csv"), 0.0)
+    assert "| grpo | " + format(rows[0]["tokens"], ".0f") + "† |" in open(a + ".md").read()
+    credit_gradient.main([*base, "--methods", "grpo", "--out", a])
+    again = credit_gradient.load_rows(a + ".csv")
+    assert [(r["method"], r["tokens_rev"]) for r in again] == [("grpo", 2), ("oracle", 2)]
+    assert again[0]["cosine"] == pytest.approx(first[0]["cosine"], abs=1e-4) and "† |" not in open(a + ".md").read()
     credit_gradient.main([*base, "--methods", "oracle", "--out", b])
     alone = credit_gradient.load_rows(b + ".csv")[0]
     assert alone["cosine"] == pytest.approx(rows[1]["cosine"], abs=1e-4) and alone["snr"] == pytest.approx(rows[1]["snr"], rel=1e-3)
