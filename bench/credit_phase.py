@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 import sys
+import textwrap
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -315,7 +316,8 @@ def plot(args, res, cells):
                 if z[i, j] == z[i, j]:
                     ax.text(j, i, f"{z[i, j]:.2f}", ha="center", va="center", fontsize=8)
         ax.set_xticks(range(len(args.lr_mult)), [f"lr ×{m:g}" for m in args.lr_mult])
-        ax.set_yticks(range(len(cells)), cells, fontsize=7)
+        # long cells wrap at their commas, so the labels stay inside the figure
+        ax.set_yticks(range(len(cells)), [textwrap.fill(c.replace(",", ", "), 30).replace(", ", ",") for c in cells], fontsize=7)
         ax.set_title(f"{me}: updates to GRPO's final p_key_held\n× GRPO's own (< 1 faster; mean over seeds)", fontsize=8)
         fig.colorbar(im, ax=ax, fraction=0.04)
     ax = axes[0][-1]                       # the curves of the first cell, every method and multiplier
