@@ -103,10 +103,10 @@ class ModelPolicy:
     Two ways to compute the same numbers:
     * shared prompt (`share_prompt`, for Qwen3-architecture models — the tiny policy): each view's
       prompt runs once (policy.Qwen3Runner's prefill, length buckets), its K, V are copied to
-      every candidate of that view, and the candidates' responses run on top. A view has ~8
-      candidates whose responses are ~5 tokens next to a prompt of ~100, so this does ~1/6 of the
-      work of the plain path; the exact DP at rooms ≥ 8 is affordable only this way. The numbers
-      equal the plain path's up to float rounding (tests/test_oracle.py holds them to 1e-4).
+      every candidate of that view, and the candidates' responses run on top. Why: a view has
+      several candidates whose responses are a few tokens next to a prompt many times longer, and
+      the plain path runs that prompt once per candidate (bench/oracle_speed.py times both). The
+      numbers equal the plain path's up to float rounding (tests/test_oracle.py holds them to 1e-5).
     * plain (any model): one row per (view, candidate) = prompt + response through grpo's
       token_logprobs, rows sorted by length, `chunk` rows per forward."""
 

@@ -210,16 +210,15 @@ def main(argv=None) -> None:
                 noise = ((G - mean) ** 2).sum(1).mean()
                 cs = [cos(g, g_star) for g in gs]
                 mc = sum(cs) / len(cs)
+                row = {"config": conf, "policy": name, "method": m, "tokens": sum(toks) / len(toks),
+                       "cosine": mc, "cosine_sd": math.sqrt(sum((c - mc) ** 2 for c in cs) / max(1, len(cs) - 1)),
+                       "bias": 1 - cos(mean, g_star), "snr": float(mean.norm() ** 2 / noise) if noise > 0 else float("inf"),
+                       "batches": len(gs), "ref_batches": args.ref_batches, "tasks": args.tasks, "group": args.group,
+                       "oracle_rev": ORACLE_REV, "tokens_rev": TOKENS_REV}
                 # a row of an older token count with the same settings is superseded (its batches are
                 # these batches: only the tokens column differed)
-                out_rows[:] = [r for r in out_rows if row_key(r)[:-1] != row_key({"config": conf, "policy": name, "method": m,
-                               "batches": len(gs), "ref_batches": args.ref_batches, "tasks": args.tasks, "group": args.group,
-                               "oracle_rev": ORACLE_REV, "tokens_rev": TOKENS_REV})[:-1]]
-                out_rows.append({"config": conf, "policy": name, "method": m, "tokens": sum(toks) / len(toks),
-                                 "cosine": mc, "cosine_sd": math.sqrt(sum((c - mc) ** 2 for c in cs) / max(1, len(cs) - 1)),
-                                 "bias": 1 - cos(mean, g_star), "snr": float(mean.norm() ** 2 / noise) if noise > 0 else float("inf"),
-                                 "batches": len(gs), "ref_batches": args.ref_batches, "tasks": args.tasks, "group": args.group,
-                                 "oracle_rev": ORACLE_REV, "tokens_rev": TOKENS_REV})
+                out_rows[:] = [r for r in out_rows if row_key(r)[:-1] != row_key(row)[:-1]]
+                out_rows.append(row)
                 print(out_rows[-1])
                 write(args, out_rows, time.time() - t0)       # after every row: a stopped sitting loses one method
     write(args, out_rows, time.time() - t0)

@@ -313,11 +313,12 @@ def claim_key(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def refresh_rows(doc: str = "results/README.md") -> list[str]:
+def refresh_rows(doc: str = "results/README.md", root: str = ROOT) -> list[str]:
     """Rewrite the middle cell of every row of `doc` that starts with a phase or ladder claim's key
     with that claim as the files now give it (after a study grew or was re-reported); returns the
     keys rewritten. The tests above then check every claim, so a row this cannot find still fails."""
-    lines = read(doc).split("\n")
+    with open(os.path.join(root, doc)) as f:
+        lines = f.read().split("\n")
     done = []
     for d, text in headline_claims():
         key = claim_key(text)
@@ -328,7 +329,7 @@ def refresh_rows(doc: str = "results/README.md") -> list[str]:
             if ln.startswith("| ") and len(cells) >= 3 and cells[1].startswith(key):
                 lines[i] = " | ".join([cells[0], text] + cells[2:])
                 done.append(key)
-    with open(os.path.join(ROOT, doc), "w") as f:
+    with open(os.path.join(root, doc), "w") as f:
         f.write("\n".join(lines))
     return done
 
@@ -341,6 +342,21 @@ def test_refresh_finds_every_generated_row():
         if key is not None:
             hits = [ln for ln in lines if ln.startswith("| ") and ln.split(" | ")[1:2] and ln.split(" | ")[1].startswith(key)]
             assert len(hits) == 1, (key, len(hits))
+
+
+def test_refresh_rewrites_a_stale_row_and_leaves_the_rest(tmp_path):
+    """--refresh on a copy of results/README.md whose tiny-gap phase row is stale: that row gets the
+    file's claim back; every other line is unchanged."""
+    key = "rooms=4,p_key=0.55,p_nokey=0.45 at lr ×3:"
+    good = read("results/README.md")
+    lines = good.split("\n")
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("| ") and ln.split(" | ")[1].startswith(key))
+    cells = lines[i].split(" | ")
+    lines[i] = " | ".join([cells[0], key + " speed 9.99 (stale)"] + cells[2:])
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "README.md").write_text("\n".join(lines))
+    assert key in refresh_rows(root=str(tmp_path))
+    assert (tmp_path / "results" / "README.md").read_text() == good
 
 
 if __name__ == "__main__":

@@ -462,3 +462,18 @@ def test_credit_gradient_resumes_from_its_csv(tmp_path):
         credit_gradient.main(["--config", "rooms=3,apples=1", "--out", d])
     with pytest.raises(SystemExit, match="arm 'prover-plus:lam=-1'"):
         credit_gradient.main(["--methods", "prover-plus:lam=-1", "--out", d])
+
+
+def test_oracle_speed_bench_times_both_scorers_on_the_same_dp(tmp_path):
+    """bench/oracle_speed.py solves the same DP with both scorers: same views and candidate rows,
+    the same value to float rounding, and its figures written to the json it names."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import json
+    import oracle_speed
+    out = oracle_speed.main(["--rooms", "3", "--repeats", "1", "--out", str(tmp_path)])
+    (row,) = out["rows"]
+    assert row["plain"]["views"] == row["shared"]["views"] > 0 and row["plain"]["rows"] == row["shared"]["rows"]
+    assert row["abs_value_diff"] < 1e-6 and row["plain"]["seconds"] > 0 and row["shared"]["seconds"] > 0
+    assert json.load(open(tmp_path / "oracle_speed.json")) == json.loads(json.dumps(out))
+    with pytest.raises(SystemExit, match="--rooms 70"):
+        oracle_speed.main(["--rooms", "70", "--out", str(tmp_path)])
