@@ -29,7 +29,7 @@ history length. The prompt view of turn t of trajectory j is what the compact pr
 --judge-max N   (default 0 = all) judge at most N of the update's eligible groups, a uniform draw
     seeded by (--seed, update); the others are counted as prover/unjudged. The judge's and the
     verification's tokens scale with the groups judged, so this is the knob that trades credit
-    for cost (a cheap judge per group matters less than the number of groups judged).
+    for cost.
 
 --credit-test positive|se|shrink  (with --credit-z z, default 1) the credit rule of step 4:
     positive   credit iff Δ̂ > m,                 bonus b = λ·Δ̂          (paper)
