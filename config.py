@@ -338,7 +338,7 @@ def validate(cfg: Config) -> dict:
         raise ValueError(f"--model {cfg.model}: is a file; give a model folder (config.json + weights) or a hub id")
     if cfg.model and os.path.isdir(os.path.expanduser(cfg.model)) and not os.path.exists(os.path.join(os.path.expanduser(cfg.model), "config.json")):
         raise ValueError(f"--model {cfg.model}: folder has no config.json (not a Hugging Face model folder)")
-    import records                   # --log: known names, packages installed (records.parse_loggers)
+    from infra import records                   # --log: known names, packages installed (records.parse_loggers)
     records.parse_loggers(cfg.log)
     if cfg.fsdp and cfg.lora_r:
         # LoRA trains ~1% of the weights: its gradients and Adam state are small, and sharding

@@ -224,8 +224,8 @@ def compact_prompt(v: PromptInput, history_len: int = 2) -> str:
 # imports them back, lazily inside these functions (household too), so importing envs never
 # imports an env module.
 def _alfworld_spec() -> EnvSpec:
-    import alfworld_tw  # chooses the backend: the real engine or the built-in simulator
-    import household
+    from sims import alfworld_tw  # chooses the backend: the real engine or the built-in simulator
+    from sims import household
     return EnvSpec(
         name="alfworld", make=alfworld_tw.make_alfworld, splits=household.SPLITS,
         num_tasks=household.num_tasks, vocabulary=household.vocabulary,
@@ -235,17 +235,17 @@ def _alfworld_spec() -> EnvSpec:
 
 
 def _webshop_spec() -> EnvSpec:
-    import webshop
+    from sims import webshop
     return webshop.SPEC
 
 
 def _searchqa_spec() -> EnvSpec:
-    import searchqa
+    from sims import searchqa
     return searchqa.SPEC
 
 
 def _keydoor_spec() -> EnvSpec:
-    import keydoor
+    from sims import keydoor
     return keydoor.SPEC
 
 

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-import dist
+from infra import dist
 
 
 # ---------------------------------------------------------------------------------------------

@@ -98,10 +98,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from chat import (ChatFn, ChatReply, HFChat, OpenAIChat, estimate_tokens,  # noqa: F401  (re-
+from infra.chat import (ChatFn, ChatReply, HFChat, OpenAIChat, estimate_tokens,  # noqa: F401  (re-
                   json_values, loads, parse_text_tool_calls, rejects_note,  # exported: callers
                   scan_json, strip_tool_calls)                              # use judge.X)
-from critic import (MAX_SECONDS, AgentCritic, BuiltinCritic, CritiqueResult, RandomCritic, cut,
+from methods.critic import (MAX_SECONDS, AgentCritic, BuiltinCritic, CritiqueResult, RandomCritic, cut,
                     same_action, turn_error)
 from rollout import Trajectory, shortest_success  # noqa: F401  (re-exported)
 from tools import (ARGS_CHARS, FIELD_CHARS, QUERY_CHARS, RESULT_CHARS, SNIPPET_CHARS, SPAN_CAP,  # noqa: F401

@@ -111,7 +111,7 @@ import random
 from collections import Counter
 
 import grpo
-import rundir
+from infra import rundir
 import verify
 from rollout import shortest_success
 
@@ -345,7 +345,7 @@ def credit_plus(groups, adv, run) -> dict:
     """--method prover-plus: ProVer with PLUS overriding the config (docstring). A run built for
     another method name may have no judge yet (build.judge_setup makes one for "prover"): make it."""
     if run.judge is None:
-        import build
+        from infra import build
         gen = run.agent.gen
         run.judge = build.judge_setup(dataclasses.replace(run.cfg, method="prover"), getattr(gen, "model", None),
                                       run.agent.tok)

@@ -121,7 +121,7 @@ class Agent:
 
     def prompts_ids(self, states: list[AgentState]) -> list[list[int]]:
         """Prompt ids of each state (one batched tokenizer call)."""
-        from policy import encode_chats
+        from infra.policy import encode_chats
         fn = self.spec.compact_prompt if self.compact else self.spec.chat_prompt
         texts = [fn(PromptInput(task=s.info.get("task", ""), obs=s.obs,
                                 admissible=list(s.info.get("admissible") or []),

@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 from rapidfuzz import fuzz, process, utils
 
-from chat import loads
-from critic import cut, turn_error
+from infra.chat import loads
+from methods.critic import cut, turn_error
 from rollout import Trajectory
 
 TOP_K_CAP = 10                # ours: search hits per call

@@ -36,18 +36,18 @@ from dataclasses import asdict, dataclass, field
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import baselines  # noqa: E402  (the env variables above must be set before transformers loads)
-import build  # noqa: E402
+from methods import baselines  # noqa: E402  (the env variables above must be set before transformers loads)
+from infra import build  # noqa: E402
 from config import CHOICES, ENV_DEFAULTS, Config, parse_args, validate  # noqa: E402,F401  (train.Config etc. for scripts)
-import dist  # noqa: E402
+from infra import dist  # noqa: E402
 import grpo  # noqa: E402
-import lab  # noqa: E402
-import ladder  # noqa: E402
-import oracle  # noqa: E402
+from lab import metrics as lab  # noqa: E402
+from lab import ladder  # noqa: E402
+from lab import oracle  # noqa: E402
 import prover  # noqa: E402
-import records  # noqa: E402
-import report  # noqa: E402
-import rundir  # noqa: E402
+from infra import records  # noqa: E402
+from infra import report  # noqa: E402
+from infra import rundir  # noqa: E402
 from rollout import Agent, rollout_groups, spread_tasks  # noqa: E402
 
 # Credit assignment, by --method: fn(groups, adv, run) -> metrics dict; adv[g][i][t] is updated in

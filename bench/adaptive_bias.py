@@ -40,8 +40,8 @@ sys.path.insert(0, ROOT)
 
 import envs  # noqa: E402
 import verify  # noqa: E402
-import warmstart  # noqa: E402
-from policy import Sample  # noqa: E402
+from infra import warmstart  # noqa: E402
+from infra.policy import Sample  # noqa: E402
 from rollout import Agent, rollout_groups  # noqa: E402
 
 P_KEY, P_NOKEY = 0.9, 0.1

@@ -42,11 +42,11 @@ sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
 
-import build  # noqa: E402
+from infra import build  # noqa: E402
 import config  # noqa: E402
 import grpo  # noqa: E402
 import train  # noqa: E402
-import ladder  # noqa: E402
+from lab import ladder  # noqa: E402
 from rollout import rollout_groups  # noqa: E402
 
 ORACLE_REV = ladder.REVISION["oracle"]

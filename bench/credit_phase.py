@@ -60,7 +60,7 @@ def parse_cell(cell: str) -> tuple[list[str], list[str]]:
     """'rooms=4,p_nokey=0.4,group_size=4' → (env-opt items, train.py flags); one clear error line
     naming a key that is neither a keydoor option nor a config field."""
     import config
-    import keydoor
+    from sims import keydoor
     fields = {f.name for f in dataclasses.fields(config.Config)}
     opts, flags = [], []
     for item in filter(None, cell.split(",")):
@@ -150,7 +150,7 @@ def run_dir(out: str, job) -> str:
 def protocol(job, args) -> dict:
     """What a kept summary must match to be reused: the job, the run length, the extra flags and,
     for an arm whose credit was revised (ladder.REVISION), that revision."""
-    import ladder
+    from lab import ladder
     cell, mult, method, seed = job
     p = {"cell": cell, "lr_mult": mult, "method": method, "seed": seed, "iters": args.iters,
          "eval_every": args.eval_every, "extra": list(args.extra)}

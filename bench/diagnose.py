@@ -72,8 +72,8 @@ def main(argv=None) -> int:
     if not os.path.exists(os.path.join(model_dir, "config.json")):
         p.error(f"{model_dir}: no model there (no checkpoint yet? pass --model)")
     import torch
-    import policy
-    import build
+    from infra import policy
+    from infra import build
     import train
     from rollout import Agent, rollout_groups, spread_tasks
     torch.set_num_threads(1)

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import household as H  # noqa: E402
+from sims import household as H  # noqa: E402
 
 
 def random_play(env, rng, n_games, preset, tt_cycle=True):
@@ -57,7 +57,7 @@ def sim_speed(preset, n_games):
 
 def real_speed(preset, n_games):
     os.environ.setdefault("ALFWORLD_DATA", tempfile.mkdtemp(prefix="alfworld_data_"))
-    import alfworld_tw
+    from sims import alfworld_tw
     out = tempfile.mkdtemp(prefix="alfworld_gen_")
     steps, t_step, t_load, t_sim = 0, 0.0, 0.0, 0.0
     for i in range(n_games):

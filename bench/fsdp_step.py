@@ -55,7 +55,7 @@ def peak_mem(device: str) -> float | None:
 
 def time_variant(variant: str, a, device: str, rank: int, world: int) -> dict:
     import torch
-    import dist
+    from infra import dist
     import grpo
     from gpu_step import build, model_flops, sync, synthetic_rows, timed_updates
     model = build(a, device)                                   # fp32, random init, on the device
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
         print("bench/fsdp_step.py: no CUDA GPU visible (use --cpu-smoke for a CPU check of the code path)", file=sys.stderr)
         return 1
     torch.set_num_threads(1 if a.cpu_smoke else torch.get_num_threads())
-    import dist
+    from infra import dist
     rank, world = dist.init(use_cuda, fsdp=True)
     device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if use_cuda else "cpu"
     res = {"device": torch.cuda.get_device_name() if use_cuda else "cpu", "world": world, "torch": torch.__version__,

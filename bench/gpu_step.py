@@ -131,7 +131,7 @@ def time_update(variant: str, a, device) -> dict:
 
 def time_generate(a, device) -> dict:
     import torch
-    from policy import HFGenerator
+    from infra.policy import HFGenerator
 
     class Tok:          # HFGenerator needs only the pad and stop ids
         pad_token_id, eos_token_id, unk_token_id = 0, 2, 1
@@ -159,7 +159,7 @@ def save_model(a, path: str) -> None:
     """The same shape as an HF folder a `train.py --model` run can load: weights of the built
     model and the tiny policy's word-level tokenizer for ALFWorld, resized to the vocabulary."""
     import envs
-    import warmstart
+    from infra import warmstart
     tok = warmstart.env_tokenizer(envs.get_spec("alfworld"))
     b = argparse.Namespace(**{**vars(a), "vocab": len(tok)})
     model = build(b, "cpu")

@@ -35,8 +35,8 @@ sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
 import envs  # noqa: E402
-import keydoor  # noqa: E402
-import oracle  # noqa: E402
+from sims import keydoor  # noqa: E402
+from lab import oracle  # noqa: E402
 import rollout  # noqa: E402
 
 DEFAULT_WARMSTART = os.path.join(ROOT, "results", "warmstarts", "tiny-keydoor-b3062f60c292")   # rooms 16, seed 0
@@ -47,7 +47,7 @@ COLUMNS = ["config", "state", "room", "steps", "action", "oracle", "mc", "mc_se"
 
 def load_agent(folder: str, history_len: int, max_new_tokens: int):
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from policy import HFGenerator
+    from infra.policy import HFGenerator
     if not os.path.exists(os.path.join(folder, "done.json")):
         raise SystemExit(f"oracle_check: no warm start at {folder} (a folder from train.py --cache-dir)")
     tok = AutoTokenizer.from_pretrained(folder, padding_side="left")

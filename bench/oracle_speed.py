@@ -28,8 +28,8 @@ sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
 import envs  # noqa: E402
-import keydoor  # noqa: E402
-import oracle  # noqa: E402
+from sims import keydoor  # noqa: E402
+from lab import oracle  # noqa: E402
 import rollout  # noqa: E402
 
 WARM = os.path.join(ROOT, "results", "warmstarts", "tiny-keydoor-b3062f60c292")
@@ -81,7 +81,7 @@ def main(argv=None) -> dict:
             raise SystemExit(f"oracle_speed: --rooms {r}: {e}")
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from policy import HFGenerator
+    from infra.policy import HFGenerator
     tok = AutoTokenizer.from_pretrained(args.warmstart, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(args.warmstart, dtype=torch.float32)
     agent = rollout.Agent(HFGenerator(model, tok), tok, envs.get_spec("keydoor"), history_len=2, max_new_tokens=12)

@@ -33,9 +33,9 @@ def main():
     a = p.parse_args()
     import torch
     import grpo
-    import build
+    from infra import build
     import train
-    from policy import HFGenerator
+    from infra.policy import HFGenerator
     from rollout import Agent, rollout_groups
     torch.set_num_threads(a.threads)
     cfg = train.Config(cache_dir=a.cache_dir)

@@ -19,7 +19,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from vllm_rollout import rollout_throughput  # noqa: E402
+from infra.vllm_rollout import rollout_throughput  # noqa: E402
 
 
 def build_tiny(path: str, vocab: int = 2000, hidden: int = 128, layers: int = 2) -> str:

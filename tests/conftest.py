@@ -16,7 +16,7 @@ def tiny_alfworld():
     """A small warm-started tiny policy for ALFWorld (built once per session, a few seconds)."""
     import torch
     import envs
-    import warmstart
+    from infra import warmstart
     torch.set_num_threads(1)
     spec = envs.get_spec("alfworld")
     cache = os.path.join(os.environ.get("PYTEST_CACHE_ROOT", "/tmp"), f"prover-test-cache-{os.getpid()}")

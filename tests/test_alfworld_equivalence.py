@@ -22,8 +22,8 @@ os.environ.setdefault("ALFWORLD_DATA", tempfile.mkdtemp(prefix="alfworld_data_")
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
-import alfworld_tw  # noqa: E402
-import household  # noqa: E402
+from sims import alfworld_tw  # noqa: E402
+from sims import household  # noqa: E402
 
 BAD = ["", "   ", "Go to fridge 1", "look around", "take", "nothing", "x" * 10_000, "ouvrir le frigo é 冰箱",
        "<action>look</action>", "help me"]

@@ -20,9 +20,9 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 torch.set_num_threads(1)
 
-import baselines  # noqa: E402
+from methods import baselines  # noqa: E402
 import rollout  # noqa: E402
-from critic import CritiqueResult  # noqa: E402
+from methods.critic import CritiqueResult  # noqa: E402
 from rollout import AgentState, Trajectory, Turn  # noqa: E402
 
 G95 = 0.95
@@ -290,8 +290,8 @@ def test_grpo_matched_credit(monkeypatch):
 def tiny_run(tmp_path_factory):
     """A real Run: tiny warm-started policy, built-in ALFWorld, 6-step episodes."""
     import envs
-    import policy
-    import warmstart
+    from infra import policy
+    from infra import warmstart
     import train
     from rollout import Agent
     spec = envs.get_spec("alfworld")

@@ -11,8 +11,8 @@ import torch
 
 import envs
 import grpo
-import policy
-import warmstart
+from infra import policy
+from infra import warmstart
 from rollout import Agent, AgentState, rollout_groups, run_episodes, spread_tasks, start_state
 
 
@@ -473,7 +473,9 @@ import os, sys, json, torch, torch.distributed as dist
 sys.path.insert(0, {ROOT!r})
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
-import envs, policy, warmstart
+import envs
+from infra import policy
+from infra import warmstart
 spec = envs.get_spec("keydoor")
 tiny = warmstart.TinyConfig(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64)
 bc = warmstart.BCConfig(episodes=12, steps=80, batch=16, lr=5e-3, check_from=20, check_every=10, check_episodes=8, target=1.5)

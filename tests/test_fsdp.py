@@ -105,7 +105,7 @@ def test_two_rank_fsdp_update_equals_single_process(runs):
     # the sharded checkpoint unsharded into a plain model and AdamW (no process group): weights as
     # exported, Adam moments as the single process's after the same update (a lost or zeroed
     # optimizer state would not be caught by comparing two resumes with each other)
-    import rundir
+    from infra import rundir
     model, tok, st, step, _ = rundir.load_checkpoint(str(sharded))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, weight_decay=0.0)
     rundir.restore_optimizer(model, opt, st)
@@ -181,7 +181,7 @@ def test_fsdp_step_bench_cpu_smoke(tmp_path):
 # ---------------------------------------------------------------------------------------------
 def _tiny(seed=0):
     import envs
-    import warmstart
+    from infra import warmstart
     tok = warmstart.env_tokenizer(envs.get_spec("alfworld"))
     cfg = warmstart.TinyConfig(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128)
     return warmstart.build_tiny_model(len(tok), cfg, seed), tok
@@ -200,9 +200,9 @@ def _worker(mode: str, out: str) -> None:
     from collections import Counter
 
     import torch
-    import dist
+    from infra import dist
     import grpo
-    import rundir
+    from infra import rundir
     torch.set_num_threads(1)
     rank, world = dist.init(False, fsdp=True)
     model, tok = _tiny()
@@ -279,7 +279,7 @@ def _launch(mode: str, out, victim: int | None):
 @pytest.mark.parametrize("mode,victim", [("kill-in-dcp", 1), ("kill-in-swap", 0)])
 def test_kill_mid_save_leaves_previous_checkpoint_loadable(tmp_path, mode, victim):
     import torch
-    import rundir
+    from infra import rundir
     codes, errs = _launch(mode, tmp_path, victim)
     assert codes[victim] == -signal.SIGKILL, errs[victim][-3000:]
     assert rundir.checkpoint_step(str(tmp_path)) == 1

@@ -21,10 +21,10 @@ import time
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import chat  # noqa: E402
-import critic  # noqa: E402
+from infra import chat  # noqa: E402
+from methods import critic  # noqa: E402
 import judge  # noqa: E402
-import searchqa as S  # noqa: E402
+from sims import searchqa as S  # noqa: E402
 from rollout import Trajectory, Turn  # noqa: E402
 
 

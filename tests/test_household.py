@@ -15,7 +15,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import household as H  # noqa: E402
+from sims import household as H  # noqa: E402
 
 TOKEN_RE = re.compile(r"[A-Za-z]+|[0-9]|[^A-Za-z0-9\s]")
 
@@ -373,7 +373,7 @@ def test_vocabulary_covers_all_text():
 
 # -- backend selection (no alfworld import needed) -----------------------------------------------
 def test_backend_resolution_without_official_data(tmp_path):
-    import alfworld_tw
+    from sims import alfworld_tw
     resolved, line = alfworld_tw.resolve_backend("auto", str(tmp_path))
     assert resolved == "builtin" and str(tmp_path) in line and "alfworld-download" in line
     assert "\n" not in line

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pytest  # noqa: E402
 
-import critic  # noqa: E402
+from methods import critic  # noqa: E402
 import judge  # noqa: E402
 from judge import GroupTools, make_judge, turn_error, validate_proposal  # noqa: E402
 from rollout import Trajectory, Turn  # noqa: E402

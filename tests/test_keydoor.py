@@ -9,8 +9,8 @@ import re
 import pytest
 
 import envs
-import keydoor
-from keydoor import KEY, NOTHING, TRAP
+from sims import keydoor
+from sims.keydoor import KEY, NOTHING, TRAP
 
 
 def make(**kw):
@@ -309,7 +309,7 @@ class ScriptedGen:
         pass
 
     def generate(self, prompts, max_new_tokens, temperature, seed=None, row_seeds=None):
-        from policy import Sample
+        from infra.policy import Sample
         out = []
         for p in prompts:
             acts = self.tok.decode(p).rsplit("actions:", 1)[-1]
@@ -322,7 +322,7 @@ class ScriptedGen:
 def test_rollout_groups_and_continuations_draw_independently():
     """Through the real rollout: the G episodes of a group and the K continuations from one
     snapshot see independent door draws."""
-    import warmstart
+    from infra import warmstart
     from rollout import Agent, continue_from, rollout_groups
     spec = envs.get_spec("keydoor")
     tok = warmstart.env_tokenizer(spec)
@@ -407,7 +407,7 @@ def test_vocabulary_covers_every_text():
     missing = {w for t in texts for w in WORD.findall(t)} - vocab
     assert not missing, missing
     # the tiny tokenizer built from the spec has no <unk> on any of it
-    import warmstart
+    from infra import warmstart
     spec = envs.get_spec("keydoor")
     tok = warmstart.env_tokenizer(spec)
     ids = tok("\n".join(sorted(texts)), add_special_tokens=False)["input_ids"]

@@ -16,9 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import envs  # noqa: E402
-import lab  # noqa: E402
+from lab import metrics as lab  # noqa: E402
 import paired  # noqa: E402  (bench/paired.py)
-import warmstart  # noqa: E402
+from infra import warmstart  # noqa: E402
 from rollout import Agent, Trajectory, Turn  # noqa: E402
 
 

@@ -15,8 +15,8 @@ sys.path.insert(0, ROOT)
 
 import envs  # noqa: E402
 import grpo  # noqa: E402
-import keydoor  # noqa: E402
-import oracle  # noqa: E402
+from sims import keydoor  # noqa: E402
+from lab import oracle  # noqa: E402
 import rollout  # noqa: E402
 
 WARM = os.path.join(ROOT, "results", "warmstarts", "tiny-keydoor-b3062f60c292")   # committed, rooms 16
@@ -217,7 +217,7 @@ def test_p_key_held_equals_a_hand_computation_on_a_scripted_policy():
 @pytest.fixture(scope="module")
 def warm():
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from policy import HFGenerator
+    from infra.policy import HFGenerator
     tok = AutoTokenizer.from_pretrained(WARM, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(WARM, dtype=torch.float32)
     spec = envs.get_spec("keydoor")
@@ -264,7 +264,7 @@ def test_model_policy_shared_prompt_equals_the_plain_path(warm):
 
 def test_ladder_arms_run_on_keydoor(warm, tmp_path):
     import config
-    import ladder
+    from lab import ladder
     import train
     model, agent = warm
     kw = {"rooms": 3}
@@ -311,7 +311,7 @@ def test_exact_credit_keeps_the_update_s_format_penalty_on_malformed_turns(warm,
     base = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
     adv = [[list(r) for r in g] for g in base]
     train.METHODS["oracle"](groups, adv, run)
-    import ladder
+    from lab import ladder
     a_star = ladder.make_oracle(run).advantages(groups)
     bad = good = 0
     for g, group in enumerate(groups):
@@ -328,7 +328,7 @@ def test_prover_plus_exact_credits_the_exact_value_gain_of_the_judged_segment(wa
     """prover-plus-exact: every verified segment's Δ is V^π after it − V^π before it (the oracle's),
     with SE 0, and a credited segment's turns gain exactly λ·Δ over GRPO's advantage."""
     import config
-    import ladder
+    from lab import ladder
     import train
     model, agent = warm
     kw = {"rooms": 3}

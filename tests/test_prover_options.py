@@ -24,9 +24,9 @@ import grpo
 import judge
 import prover
 import verify
-import warmstart
+from infra import warmstart
 from judge import JudgeResult, Proposal
-from policy import Sample
+from infra.policy import Sample
 from rollout import Agent, AgentState, Trajectory, Turn, rollout_groups
 
 # ---------------------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def cache(train_cache):
 # 1. + 3. SIGKILL of the launcher: its workers stop too; the stale lock is taken over
 # ---------------------------------------------------------------------------------------------
 def test_killed_launcher_takes_its_workers_down_and_its_stale_lock_is_taken_over(tmp_path, cache):
-    import rundir
+    from infra import rundir
     out, log = tmp_path / "run", tmp_path / "log"
     p = start([*LONG, "--workers", "2", "--out", str(out)], cache, log)
     kids = []
@@ -128,7 +128,7 @@ def test_killed_launcher_takes_its_workers_down_and_its_stale_lock_is_taken_over
 # 2. + 3. SIGKILL of one worker: one line, the rest stopped; a second run on the busy directory refuses
 # ---------------------------------------------------------------------------------------------
 def test_killed_worker_is_reported_and_a_busy_directory_refuses(tmp_path, cache, capsys):
-    import rundir
+    from infra import rundir
     import train
     out, log = tmp_path / "run", tmp_path / "log"
     p = start([*LONG, "--workers", "2", "--out", str(out)], cache, log)
@@ -164,7 +164,7 @@ def test_lock_is_exclusive_inherited_by_workers_and_released(tmp_path):
     """rundir.lock_run's contract without a training run: a second taker (another process) is
     refused with the owner's pid; a descriptor kept open in a child (the launcher's workers) keeps
     the lock after the owner dropped its own; a stale file (its owner gone) is taken over."""
-    import rundir
+    from infra import rundir
     take = [sys.executable, "-c", "import sys, rundir; rundir.lock_run(sys.argv[1])", str(tmp_path)]
     fd = rundir.lock_run(str(tmp_path))
     r = subprocess.run(take, cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -203,7 +203,7 @@ def test_checkpoint_every_defaults_to_auto():
 # 5. SIGKILL at random moments, then --resume to the end: every step once, rows = checkpoint
 # ---------------------------------------------------------------------------------------------
 def test_random_sigkills_then_resume_leave_every_step_once(tmp_path, cache):
-    import rundir
+    from infra import rundir
     out, n = tmp_path / "run", 8
     args = ["--method", "grpo", "--iters", str(n), "--eval-every", "3", "--workers", "1", "--out", str(out), *TINY]
     rng = random.Random(24)
@@ -241,7 +241,7 @@ def test_random_sigkills_then_resume_leave_every_step_once(tmp_path, cache):
 # ---------------------------------------------------------------------------------------------
 def test_warm_start_bar_does_not_count_the_success_checks(monkeypatch):
     import tqdm
-    import warmstart
+    from infra import warmstart
     seen = {}
 
     class Recorded(tqdm.tqdm):

@@ -55,7 +55,7 @@ def chromium():
 # records.jsonl
 # ---------------------------------------------------------------------------------------------
 def test_records_are_complete_bounded_and_match_the_credit(run_dir):
-    import records
+    from infra import records
     out, _ = run_dir
     raw = (out / "records.jsonl").read_text().splitlines()
     recs = [json.loads(x) for x in raw]
@@ -92,7 +92,7 @@ def test_records_are_complete_bounded_and_match_the_credit(run_dir):
 
 
 def test_record_size_bound_holds_in_the_worst_case_and_is_enforced(monkeypatch):
-    import records
+    from infra import records
     assert records.worst_case_bytes() <= records.MAX_RECORD_BYTES
     assert len(records.clip("é" * 500, 60)) < 60 and len(records.dumps({"s": records.clip("é" * 500, 60)})) <= 60 + 8
     big = [((0, 0, k), {"gid": k, "blob": "x" * 5000}) for k in range(4)]
@@ -104,7 +104,7 @@ def test_record_size_bound_holds_in_the_worst_case_and_is_enforced(monkeypatch):
 def test_torn_record_is_skipped_and_resume_drops_records_past_the_checkpoint(run_dir, tmp_path):
     """A kill can leave a record past the checkpoint and a cut last line: reading skips the cut
     line; --resume drops both and re-does the update, keeping the earlier lines byte for byte."""
-    import records
+    from infra import records
     src, cache = run_dir
     out = tmp_path / "run"
     shutil.copytree(src, out)
@@ -197,13 +197,13 @@ def test_report_cli_puts_runs_side_by_side(run_dir, tmp_path):
     b = tmp_path / "keydoor-prover-b"
     shutil.copytree(run_dir[0], a)
     shutil.copytree(run_dir[0], b)
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "report.py"), str(a), str(b)], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "infra.report", str(a), str(b)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     page = (tmp_path / "report.html").read_text()                 # the runs' common parent
     assert r.stdout.strip() == str(tmp_path / "report.html")
     assert page.count('<section class="run"') == 2 and 'id="compare"' in page and page.count("<nav class=tabs>") == 1
     assert page.count('<svg class="curves"') == 6                # 2 per run + the 2 overlays
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "report.py"), str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "infra.report", str(tmp_path / "nope")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "not a directory" in r.stderr
 
 
@@ -228,7 +228,7 @@ def test_log_flag_is_validated_at_start_up(monkeypatch, tmp_path):
 
 def test_tensorboard_logger_writes_the_metrics_keys(tmp_path):
     pytest.importorskip("tensorboard", reason="tensorboard not installed (optional: pip install tensorboard)")
-    import records
+    from infra import records
     lg = records.Loggers("tensorboard", str(tmp_path), {}, 0)
     lg.log({"step": 1, "train/success": 0.5, "prover/eligible": 3, "note": "x"})
     lg.close()

@@ -21,7 +21,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import envs  # noqa: E402
-import searchqa as S  # noqa: E402
+from sims import searchqa as S  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -410,8 +410,8 @@ def test_real_backend_against_server(server, tmp_path):
 def test_serve_command(tmp_path):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text(json.dumps({"id": "0", "contents": '"Zed"\nZed is a test.'}) + "\n")
-    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "searchqa.py"), "serve", "--port", "0", "--corpus", str(corpus)],
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-m", "sims.searchqa", "serve", "--port", "0", "--corpus", str(corpus)],
+                         stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         line = p.stdout.readline()
         url = line.split(" at ")[1].strip()

@@ -137,7 +137,8 @@ def test_flag_choices_match_what_the_modules_provide():
     # train.py lists choices itself (its parser imports no env code); a name added in one place
     # and not the other is either unreachable from the CLI or a CLI value that crashes later.
     sys.path.insert(0, ROOT)
-    import envs, household, judge, train
+    import envs, judge, train
+    from sims import household
     assert sorted(train.CHOICES["env"]) == sorted(envs.ENVS)
     assert tuple(train.CHOICES["preset"]) == household.PRESETS
     assert tuple(train.CHOICES["bc_expert"]) == household.EXPERTS
@@ -426,7 +427,7 @@ def test_gpu_step_bench_runs_our_update_on_cpu(tmp_path):
     assert full["trainable"] == full["params"] and lora["trainable"] < full["params"] / 3   # LoRA: adapters only
     assert res["generate"]["new_tokens"] == 3 * 5
     sys.path.insert(0, ROOT)
-    import policy
+    from infra import policy
     model, tok = policy.load_hf(str(tmp_path / "m"))
     assert model.config.vocab_size == len(tok) and model.config.num_hidden_layers == 2
 

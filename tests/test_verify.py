@@ -21,11 +21,11 @@ import pytest
 
 import envs
 import judge
-import keydoor
-import warmstart
+from sims import keydoor
+from infra import warmstart
 import prover
 import verify
-from policy import Sample
+from infra.policy import Sample
 from rollout import Agent, rollout_groups
 
 Q, P1, P0 = 0.5, 0.9, 0.1

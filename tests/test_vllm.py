@@ -30,7 +30,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen3Config  # noqa: E402
 from transformers import Qwen3ForCausalLM  # noqa: E402
 
-from vllm_rollout import VLLMGenerator  # noqa: E402
+from infra.vllm_rollout import VLLMGenerator  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 TOL = 1e-4

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import envs  # noqa: E402
-import webshop as W  # noqa: E402
+from sims import webshop as W  # noqa: E402
 
 I = "i need a long lasting shampoo with size: 8 ounce, and price lower than 20.00 dollars"
 
@@ -230,7 +230,7 @@ def test_tiny_tokenizer_keeps_product_ids_whole():
     """Built-in catalogue ids come from a fixed pool that SPEC.atomic hands to the tiny tokenizer
     (as the page shows them and as the admissible actions list them): the expert's click is an
     admissible action verbatim, and its id is one token, the same token the actions line shows."""
-    from warmstart import env_tokenizer
+    from infra.warmstart import env_tokenizer
     spec = envs.get_spec("webshop")
     tok = env_tokenizer(spec)
     env = spec.make(split="test", seed=0)

@@ -84,10 +84,10 @@ from typing import Callable
 
 import torch
 
-import critic
+from methods import critic
 import grpo
 import judge
-import rundir
+from infra import rundir
 from prover import eligible
 from rollout import Trajectory, continue_from, make_trajectories, outcome, run_episodes, start_state
 

@@ -105,7 +105,7 @@ from dataclasses import dataclass
 import torch
 
 try:  # the record is policy.Sample (shared with HFGenerator); identical stand-alone fallback
-    from policy import Sample
+    from infra.policy import Sample
 except ImportError:
     @dataclass
     class Sample:
@@ -194,7 +194,7 @@ class VLLMGenerator:
     def sync(self, model: torch.nn.Module) -> None:
         """Push the HF policy's current weights into the engine, in place (docstring steps 1-5)."""
         try:
-            import dist
+            from infra import dist
             sharded = dist.is_sharded(model)
         except ImportError:                    # used outside this repository: no FSDP
             sharded = False

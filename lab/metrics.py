@@ -106,7 +106,7 @@ def q_key(model, probe: Probe) -> float:
 
 def p_key_held(model, probe: Probe) -> tuple[float, float]:
     """(mean over the probe states of P(key held on leaving the pivot room), the DP's error bound)."""
-    import oracle
+    from lab import oracle
     orc = oracle.Oracle(probe.env_kw, oracle.ModelPolicy(model, probe.agent, probe.temperature),
                         history_len=probe.agent.history_len)
     v = orc.values(probe.states, "key_held")

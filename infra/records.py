@@ -272,7 +272,7 @@ def worst_case_bytes() -> int:
 
 def read_records(out: str) -> list[dict]:
     """Every complete line of <out>/records.jsonl (a line cut by a kill is skipped)."""
-    import rundir
+    from infra import rundir
     return rundir.read_metrics(os.path.join(out, "records.jsonl"))
 
 

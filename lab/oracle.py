@@ -64,7 +64,7 @@ from typing import Callable
 
 import torch
 
-import keydoor
+from sims import keydoor
 from envs import PromptInput
 from rollout import AgentState
 
@@ -111,7 +111,7 @@ class ModelPolicy:
       token_logprobs, rows sorted by length, `chunk` rows per forward."""
 
     def __init__(self, model, agent, temperature: float, chunk: int = 256, share_prompt: bool | None = None):
-        from policy import Qwen3Runner
+        from infra.policy import Qwen3Runner
         self.model, self.agent, self.temperature, self.chunk = model, agent, float(temperature), chunk
         self.share_prompt = Qwen3Runner.supports(model) if share_prompt is None else bool(share_prompt)
         self._resp: dict[str, list[int]] = {}
@@ -155,7 +155,7 @@ class ModelPolicy:
         return vals
 
     def _shared(self, prompts: list[list[int]], pairs: list[tuple[int, str]]) -> list[float]:
-        from policy import Qwen3Runner
+        from infra.policy import Qwen3Runner
         import torch.nn.functional as F
         by_view: dict[int, list[int]] = {}
         for k, (v, _) in enumerate(pairs):

@@ -40,7 +40,7 @@ import re
 import zlib
 from typing import Any
 
-import household
+from sims import household
 
 SUBDIR = "json_2.1.1"
 

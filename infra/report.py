@@ -37,7 +37,7 @@ import os
 import sys
 import time
 
-import rundir
+from infra import rundir
 
 REPORT_UPDATES = 40          # update records embedded for the group view (all updates are in the table)
 METHOD_PREFIX = {"prover": "prover/", "prover-plus": "prover/", "gigpo": "gigpo/", "spo-chain": "spo/", "spo-tree": "spo/",

@@ -51,7 +51,7 @@ from typing import Any
 
 from rapidfuzz import fuzz, utils
 
-from chat import ChatFn, ChatReply, rejects_note, scan_json
+from infra.chat import ChatFn, ChatReply, rejects_note, scan_json
 from rollout import Trajectory, Turn
 
 MAX_SECONDS = 600.0           # ours: wall-time budget of one LLM proposal or critique

@@ -208,7 +208,7 @@ def save_checkpoint(out: str, model, tok, opt, step: int, counter: Counter, rng_
     """Write `<out>/checkpoint` atomically. A plain model: rank 0 alone calls this. A sharded one
     (--fsdp, dist.shard): EVERY rank calls it — each writes its shards, rank 0 the rest."""
     import torch
-    import dist
+    from infra import dist
     final, tmp, old = (os.path.join(out, n) for n in ("checkpoint", "checkpoint.tmp", "checkpoint.old"))
     sharded = dist.is_sharded(model)
     rank0 = dist.rank_world()[0] == 0
@@ -251,7 +251,7 @@ def save_sharded(folder: str, model, opt) -> None:
       is one parameter; rank 0's host memory holds the whole model (4 bytes × N) while it writes."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
-    import dist
+    from infra import dist
     msd, osd = get_state_dict(model, opt)              # sharded (DTensor) state, keyed by name
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(folder, DCP_DIR))
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -288,7 +288,7 @@ def restore_optimizer(model, opt, trainer_state: dict) -> None:
     the HF export the model was built from: the sampler copy taken from it agrees bit for bit).
     A plain checkpoint into a sharded model (turning --fsdp on at a resume): the plain optimizer
     state, keyed by parameter position, is renamed by parameter name and scattered to the shards."""
-    import dist
+    from infra import dist
     if trainer_state.get("sharded"):
         load_sharded(trainer_state["dir"], model, opt)
     elif dist.is_sharded(model):

@@ -16,11 +16,11 @@ from __future__ import annotations
 import copy
 import random
 
-import dist
+from infra import dist
 import envs
 import judge
-import policy
-import warmstart
+from infra import policy
+from infra import warmstart
 
 
 def env_setup(cfg, log):
@@ -131,7 +131,7 @@ def generator_setup(cfg, model, tok, model_dir: str):
             return FullCopySampler(sampling_model(model), tok)
         return policy.HFGenerator(model, tok)
     try:
-        import vllm_rollout          # optional: vLLM is a separate install
+        from infra import vllm_rollout          # optional: vLLM is a separate install
     except ImportError as e:
         raise ImportError(str(e).splitlines()[0]) from None
     if cfg.lora_r:

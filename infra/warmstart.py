@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-import dist
+from infra import dist
 from grpo import Row, collate, token_logprobs
-from policy import HFGenerator
+from infra.policy import HFGenerator
 from rollout import Agent, AgentState, rollout_groups, spread_tasks
 
 TOKEN_RE = r" ?[A-Za-z]+| ?[0-9]| ?[^A-Za-z0-9\s]|\n|\s"

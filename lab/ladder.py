@@ -26,7 +26,7 @@ Leaves out: every env but keydoor (config.validate refuses them with one line be
 from __future__ import annotations
 
 import grpo
-import oracle
+from lab import oracle
 import prover
 import verify
 
@@ -104,7 +104,7 @@ def prover_exact(groups, adv, run, overrides: dict | None = None) -> dict:
     """ProVer's judge, segment, scope and credit rule, with the exact ΔV instead of Δ̂."""
     if run.judge is None:                     # build.judge_setup makes a judge for prover's names only
         import dataclasses
-        import build
+        from infra import build
         run.judge = build.judge_setup(dataclasses.replace(run.cfg, method="prover"), getattr(run.agent.gen, "model", None),
                                       run.agent.tok)
     orc = make_oracle(run)
