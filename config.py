@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field, fields
 
 import envs
+from methods import METHODS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -29,7 +30,7 @@ class Config:
     env: str = "alfworld"
     """benchmark: alfworld | webshop | searchqa | keydoor (the credit lab: known pivotal decisions)"""
     method: str = "prover"
-    """credit assignment: prover | prover-plus (ProVer with every mixed group eligible, --judge-success judge and --credit-scope matched, which override those flags; see prover.py) | grpo | grpo-matched | gigpo | spo-chain | spo-tree | criticsearch; the credit ladder's lab-only arms, which need the env's truth (--env keydoor, ladder.py): oracle-rb (GRPO on E[R | decisions]) | oracle-add (GRPO + λ·A*) | oracle (exact A* alone) | prover-exact (ProVer with the exact ΔV) | prover-plus-exact (prover-plus with the exact ΔV)"""
+    """credit assignment (methods/__init__.py, one line each below)"""
     judge: str = "builtin"
     """ProVer/CriticSearch judge backend: builtin | random | hf | openai"""
     model: str = ""
@@ -216,12 +217,12 @@ class Config:
 
 
 
-# the credit ladder's arms (ladder.py): they read the env's truth, which only keydoor has
-LAB_METHODS = ("oracle-rb", "oracle-add", "oracle", "prover-exact", "prover-plus-exact")
+# the credit ladder's arms (lab/ladder.py): they read the env's truth, which only keydoor has
+LAB_METHODS = tuple(k for k, m in METHODS.items() if m.lab)
 
 CHOICES = {
     "env": ["alfworld", "webshop", "searchqa", "keydoor"],
-    "method": ["prover", "prover-plus", "grpo", "grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch", *LAB_METHODS],
+    "method": list(METHODS),
     "credit_test": ["positive", "se", "shrink"],
     "verify_estimate": ["fresh", "pooled"],
     "credit_scope": ["segment", "matched"],
@@ -273,7 +274,10 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     p = OneLineParser(prog="train.py", epilog=epilog,
                       description="train.py — the training loop: rollouts → credit (GRPO / ProVer / baselines) → PPO-clip update",
                       formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
-    docs = {k: v.replace("%", "%%") for k, v in field_docs(Config).items()}   # argparse %-formats help
+    docs = field_docs(Config)
+    docs["method"] += ": " + "; ".join(f"{k}: {m.doc}" + (" [--env keydoor only]" if m.lab else "")
+                                       for k, m in METHODS.items())
+    docs = {k: v.replace("%", "%%") for k, v in docs.items()}   # argparse %-formats help
     for f in fields(Config):
         flag = "--" + f.name.replace("_", "-")
         default = argparse.SUPPRESS if suppress_defaults else (f.default if f.default_factory is field().default_factory else [])
@@ -345,7 +349,7 @@ def validate(cfg: Config) -> dict:
         # a frozen base under peft's wrapper would need its own checkpoint format for adapters
         raise ValueError(f"--fsdp with --lora-r {cfg.lora_r}: not supported; LoRA's trainable state is small, "
                          "use plain data parallel (torchrun or --workers, without --fsdp) with --lora-r")
-    if cfg.fsdp and cfg.method in ("prover", "prover-plus", "criticsearch") and cfg.judge == "hf" and not cfg.judge_model \
+    if cfg.fsdp and METHODS[cfg.method].judge and cfg.judge == "hf" and not cfg.judge_model \
             and cfg.rollout != "hf":
         # the policy-as-judge generates with the unsharded copy, which only --rollout hf keeps
         raise ValueError("--fsdp with --judge hf (the policy as judge) needs --rollout hf, or a separate --judge-model")

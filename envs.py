@@ -170,7 +170,7 @@ def parse_action_tag(text: str, fallback_chars: int = 30) -> tuple[str, bool]:
 
 
 # ---------------------------------------------------------------------------------------------
-# ALFWorld prompts (verl-agent templates, reference/alfworld.md §5)
+# ALFWorld prompts (verl-agent's templates)
 # ---------------------------------------------------------------------------------------------
 _ALF_HEAD = "You are an expert agent operating in the ALFRED Embodied Environment."
 _ALF_TAIL = (

@@ -1,60 +1,36 @@
-"""GRPO core: group advantages, per-token advantages, the PPO-clip loss and one policy update.
-
-Objective (token-mean aggregation, as verl / DAPO / Dr. GRPO recommend; `--loss-agg traj-mean`
-reweights it per trajectory, see Aggregation below):
+"""GRPO: group advantages, per-token broadcast, the PPO-clip loss and one policy update.
 
     L(θ) = 1/|M| Σ_{(b,t)∈M} max(−A_bt·ρ_bt, −A_bt·clip(ρ_bt, 1−ε_low, 1+ε_high))  +  β·KL_k3
     ρ_bt = exp(log π_θ(y_bt) − log π_old(y_bt)),   M = the policy's own (action) tokens
 
-Group advantage of trajectory i in a group of G rollouts of one task (outcome R_i ∈ {0, 1}):
+Group advantage of trajectory i among the G rollouts of one task (outcome R_i):
+    A_i = R_i − mean_g R                       (default: the ProVer paper's A^GRPO, "Dr. GRPO")
+    A_i = (R_i − mean_g R) / (std_g R + ε)     (--norm-std; unbiased std, as torch.std)
+and every action token of every turn of trajectory i gets A_i. Credit methods (ProVer, GiGPO,
+SPO, CriticSearch) change the per-turn scalar before this broadcast; the loss is the same for all.
 
-    A_i = R_i − mean_g R          (default; the ProVer paper's A^GRPO, "Dr. GRPO")
-    A_i = (R_i − mean_g R) / (std_g R + ε)     with --norm-std (std unbiased, as torch.std)
+One update is one pass over the batch in S mini-batches (--minibatches, verl's
+ppo_mini_batch_size): S optimizer steps; the first is on-policy (ρ = 1), later ones are up to
+S−1 steps stale, which the clip bounds. Aggregation (--loss-agg): token-mean (above; verl-agent's
+default: a trajectory weighs in proportion to its length) or traj-mean (token (b, t) of trajectory
+i weighs 1/|M_i|, divided by the number of trajectories: every trajectory alike, so long ALFWorld
+failures do not outweigh short successes).
 
-and every action token of every turn of trajectory i gets A_i ("per-token broadcast"). One update
-is one pass over the rollout batch in S mini-batches (`--minibatches`, as verl's
-ppo_mini_batch_size): S optimizer steps, each minimising L over its ~1/S of the turn-rows; the first
-is on-policy (ρ = 1), later ones are off-policy by up to S−1 steps, which the clip bounds. Methods
-(ProVer, GiGPO, SPO, CriticSearch) change the per-turn scalar before broadcasting; the loss is
-the same for all of them.
+Shapes: N groups, G group size, B rows (one per trajectory turn: prompt + that turn's action),
+T padded row length.
 
-Aggregation (`--loss-agg`): token-mean is the L above — every action token weighs alike, so a
-trajectory weighs in proportion to its length (verl-agent's default). traj-mean weighs every
-*trajectory* alike: token (b, t) of trajectory i gets weight 1/|M_i| (its own action-token count)
-and the weighted sum is divided by the number of trajectories — the mean over trajectories of each
-one's token mean (verl's "seq-mean-token-mean" with the whole multi-turn trajectory as the
-sequence). Why: in ALFWorld a failure usually runs to the 50-step limit and a success ends early,
-so under token-mean the failures' (negative) tokens outweigh the successes' (positive) ones by
-their length ratio although the advantages of a group sum to zero; the gradient is mostly "make
-what failures did less likely". Token-mean stays the default: on ALFWorld traj-mean's gain over
-it was within the noise between seeds (see results/LOG.md, "Per-trajectory loss weighting").
-
-Letters used in shape comments: N = groups, G = group size, B = rows (one row per trajectory
-turn: prompt + that turn's action), T = padded row length.
-
-Deviations, numbered:
- 1. Edge cases are explicit: an all-equal group gives A = 0; a singleton group (G = 1) also gives
-    A = 0 — verl returns the raw score there (mean 0, std 1), which silently turns GRPO into
-    REINFORCE without a baseline for those samples.
- 2. The invalid-format penalty (verl-agent: 0.1) is subtracted from the offending turn's
-    advantage only, which is what subtracting it from that turn-row's score does in verl-agent.
-    OURS, off by default: the same kind of penalty, `--inadmissible-penalty`, for a well-formed
-    action that is not in the env's admissible list (verl-agent penalises the format only). Why
-    one would: the warm-started tiny policy often names absent objects and places in its ALFWorld
-    turns ("Nothing happens."), and the trajectory outcome alone hardly moves that share:
-    successes and failures both contain such turns, so their group contrast says little about
-    them. Off by default because it did not raise success and makes updates slower (penalised rows
-    of all-equal groups are trained too; see results/LOG.md, "Oracle-era trials: mini-batches,
-    inadmissible penalty, lr, a memoryful searching expert"). The penalty is on advantages only:
-    outcomes R, and so verification, are unchanged.
- 3. Rows whose advantage is exactly 0 carry no policy gradient; with `kl_coef == 0` they are
-    dropped before the forward pass (a large CPU saving: most groups are all-success or
-    all-failure). They still count in the token-mean's denominator, so the loss is exactly the
-    token mean over the whole batch — otherwise a batch whose only signal is two penalised
-    invalid turns would be scaled up to a full-size step (with Adam, a full-size step in an
-    arbitrary direction; we saw it derail training).
- 4. A non-finite loss or gradient skips the optimizer step (counted in metrics), so one bad
-    batch never reaches the weights or the checkpoint.
+Deviations from verl / verl-agent, numbered (the code says which it follows):
+ 1. An all-equal group, and a singleton group (G = 1), get A = 0 (verl returns the raw score for
+    G = 1, which silently makes those samples REINFORCE without a baseline).
+ 2. The invalid-format penalty (verl-agent: 0.1) is subtracted from the offending turn's advantage
+    only. OURS, off by default: `--inadmissible-penalty` does the same for a well-formed action
+    outside the env's admissible list. Outcomes R, and so verification, are unchanged.
+ 3. Rows with advantage exactly 0 carry no policy gradient: with kl_coef = 0 they are dropped
+    before the forward pass, but still count in the token-mean's denominator (otherwise a batch
+    whose only signal is two penalised turns would be scaled up to a full-size step).
+ 4. A non-finite loss or gradient skips the optimizer step (counted), so one bad batch never
+    reaches the weights or the checkpoint.
+Leaves out: a value network, importance-sampling corrections across updates, entropy bonus.
 """
 from __future__ import annotations
 

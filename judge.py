@@ -1,119 +1,71 @@
-"""Judge: ProVer's segment proposer, with its two tools (the CriticSearch critic is critic.py).
+"""The judge: ProVer's PROPOSE step — one segment of a success that avoids the failures' mistake.
 
-What it implements
-------------------
-ProVer's *Propose* step (reference/prover_paper.md). For one mixed-outcome rollout group the caller
-picks the shortest successful trajectory (`success_id`, see `shortest_success`). The judge sees
+For one mixed group and a successful trajectory τ* (the caller's: the shortest success), the judge
+sees τ* in full (every turn's observation and action; error-producing and final turns marked),
+previews of the failures, and two tools over the group (tools.py):
+    search_trajectory(query, top_k[, field])    fuzzy search over the FAILED runs' turns
+    get_segment(traj_id, start_turn, end_turn)   those turns verbatim
+and answers `{"failure_mode", "start_turn", "end_turn"[, "rationale"]}`: ONE failure mode that
+recurs across the failures and the SHORTEST segment of τ* that solves or avoids it.
 
-  * that successful trajectory in full (every turn's observation and action, error-producing
-    turns and the final turn marked),
-  * compact previews of the failed trajectories (length, first/last actions, final observation),
-  * two tools over the group (tools.py; OpenAI function-calling schemas in `TOOLS`):
-      search_trajectory(query, top_k[, field]) — rapidfuzz search over the FAILED trajectories'
-          turns (observation + action text) -> [{traj_id, turn, score, action, snippet}]
-      get_segment(traj_id, start_turn, end_turn) — those turns verbatim (any trajectory),
-  * the output schema `{"failure_mode", "start_turn", "end_turn"[, "rationale"]}`: the paper
-    asks for one failure mode and a segment (ℓ, r), so those three are required; a rationale is
-    optional (a string when given); traj_id of the success is implied (an explicit one is
-    accepted and checked).
+`validate_proposal` checks, in order (each failure a reason key): schema; traj_id (if given, τ*'s);
+bounds; reversed (start ≤ end); too_long (≤ 4 turns, the paper's cap); terminal (end < last turn:
+verification needs the state after it); invalid_action (no error-producing turn inside,
+rollout.turn_error). A rejected answer gets a repair turn saying what was wrong, up to 3 (the
+paper's); then the group is dropped with the reason key (`JudgeResult.reason_key`, counted).
 
-It is asked to name ONE failure mode that recurs across the failed runs and return the SHORTEST
-non-terminal segment (start_turn..end_turn, inclusive, at most 4 action turns) of the successful
-run that solves or avoids it, excluding malformed / error-producing actions.
+Backends (`JUDGES`, `make_judge`):
+  builtin  offline, uses the two tools and nothing else: for each valid non-terminal turn of τ* it
+           searches the failures for the same action; a turn's divergence is the share of failed
+           runs that never take it; the proposal is the earliest turn with the highest divergence
+           (a 1-turn segment). Tokens: a whitespace estimate of what an LLM judge doing the same
+           would read and write. Ours, not the paper's: a heuristic stand-in for an LLM.
+  random   a uniformly random valid segment of τ* (the paper's ablation); 0 tokens.
+  hf       a local transformers chat model (infra/chat.py), tool calls parsed from its text.
+  openai   any OpenAI-compatible /v1/chat/completions endpoint; exhausted retries or a malformed
+           response are a drop ("endpoint timeout", "http 500", ...).
+An LLM judge gets at most 8 tool rounds of at most 8 calls and `max_seconds` (600 s) of wall time
+per proposal; bad tool calls are answered with an error string, never an exception. Token counts:
+hf real tokenizer counts, openai the endpoint's `usage`; prompts are summed over calls (as billed).
 
-Validation (`validate_proposal`), in this order, each failure with a short reason key:
-    schema          JSON object with every field of OUTPUT_SCHEMA["required"]: failure_mode
-                    (non-empty str), start_turn, end_turn (ints); rationale a str if present
-    traj_id         explicit traj_id must be the success's
-    bounds          0 <= start_turn, end_turn <= last turn
-    reversed        start_turn <= end_turn
-    too_long        end_turn - start_turn + 1 <= 4 action turns
-    terminal        end_turn < last turn (verification needs the state *after* end_turn)
-    invalid_action  no error-producing turn inside (critic.turn_error: output without action
-                    tags, an action outside a non-empty admissible list, or the env answering
-                    "Nothing happens.")
-A rejected answer gets a repair turn that says precisely what was wrong (up to 3); after that the
-proposal is dropped and the reason key is reported (`JudgeResult.reason_key`) so it can be counted.
-Answers may be bare JSON, JSON inside prose, or a ```json fence; `<think>` blocks are ignored.
-All parsing is chat.py's (linear time; nesting over 64, number literals over 40 characters and
-oversized values are rejected, and a `not_json` drop names which). Bad tool calls (unknown tool,
-oversized or malformed arguments, out-of-range turns) never raise: the judge gets an error string
-as the tool result. At most 8 tool rounds (a 9th is a drop) of at most 8 calls (the rest are not
-run; the judge is told). Each LLM proposal or critique has a wall-time budget (`max_seconds`,
-600 s by default): once spent, the call is a drop with reason key "timeout", so a slow or
-stalling endpoint costs one group, never an unbounded wait.
+`propose(group, sid, choose_success=True)` (the --judge-success judge option) also previews every
+success and lets the judge name the one it examines (`JudgeResult.success_id`): agent judges via an
+optional "success_id" field (an invalid one gets a repair, then falls back to τ*), builtin picks
+the success whose best turn is most distinctive (ties: τ*), random a uniform success.
 
-Backends (`make_judge(name, **kw)`, explicit dict `JUDGES`)
------------------------------------------------------------
-  builtin  offline contrastive judge that uses the two tools programmatically and nothing else
-           (never env internals or experts): for each valid non-terminal turn of the success it
-           searches the failures for the same action (field="action"); the divergence score of a
-           turn is the share of failed runs that never take that action; the proposal is the
-           earliest turn with the highest score (a 1-turn window, the shortest valid one); the
-           failure mode is phrased from what the failures did in the most similar observations.
-  random   a uniformly random valid segment of the success (the paper's ablation).
-  hf       a local transformers chat model (chat.HFChat), tool calls parsed from its text.
-  openai   any OpenAI-compatible /v1/chat/completions endpoint (chat.OpenAIChat); exhausted
-           retries or a malformed response are a drop ("endpoint timeout", "http 500", ...).
-
-CriticSearch (`Judge.critique`, per-turn labels): each judge class extends critic.py's matching
-critic (AgentCritic, BuiltinCritic, RandomCritic), so one `make_judge` object serves both methods.
-
-Token accounting (`tokens/judge`): hf counts real tokenizer tokens (prompt length of every call,
-new tokens generated); openai uses the endpoint's `usage` and falls back to a whitespace-split
-estimate; builtin reports the whitespace estimate of what an LLM judge doing the same work would
-read (system prompt + tool results) and write (tool arguments + final JSON); random reports 0.
-Every call re-sends the whole conversation, so prompt tokens are summed over calls (as billed).
-
-Choosing the success (`--judge-success judge`; `propose(group, success_id, choose_success=True)`,
-issue #22). The paper's judge examines the shortest success. When asked to choose, the judge sees
-every success of the group (short previews; `success_id` is the default, still shown in full)
-and names the one it examines; `JudgeResult.success_id` says which. The choice is validated like
-the rest of the answer: it must be the index of a successful trajectory with at least two turns.
-  agent    an optional "success_id" field of the JSON answer (OUTPUT_SCHEMA; omitted = the default).
-           An invalid one gets a repair turn ("success_choice: ..."); when the repairs are spent on
-           it, the proposal's turns are checked against the default success instead and, if they
-           pass, accepted with `JudgeResult.success_note` = that reason (key "success_choice").
-  builtin  the success with the most distinctive action: for every success, the divergence score
-           of its best valid non-terminal turn (the share of failed runs that never take that
-           action, the same score the proposal uses); the highest wins, ties go to the default
-           (the shortest), then to the shorter, then the lower index — so it leaves the paper's
-           choice only when another success holds an action strictly more absent from the failures. Its searches are tool calls like the
-           proposal's (and count in tokens/judge).
-  random   uniform over the successes that have a valid segment.
-Without `choose_success` every backend behaves (and prompts) exactly as before.
-
-Our reconstruction (no official code exists): the prompt wording, the preview format, the
-search scorer (rapidfuzz WRatio, with one best hit per failed trajectory first so a single looping
-run cannot fill the results), the optional `field` argument of search_trajectory, all size caps
-and time budgets, and the builtin judge's heuristic. Not covered: multi-segment proposals,
-judge-side caching across iterations, streaming responses.
-
-Run the tests: `python -m pytest -q tests/test_judge.py tests/test_fuzz.py`.
+Our reconstruction (no official code exists): prompt wording, preview format, the search scorer,
+size caps and time budgets, the builtin heuristic. Leaves out: multi-segment proposals, caching
+across updates, streaming.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from infra.chat import (ChatFn, ChatReply, HFChat, OpenAIChat, estimate_tokens,  # noqa: F401  (re-
-                  json_values, loads, parse_text_tool_calls, rejects_note,  # exported: callers
-                  scan_json, strip_tool_calls)                              # use judge.X)
-from methods.critic import (MAX_SECONDS, AgentCritic, BuiltinCritic, CritiqueResult, RandomCritic, cut,
-                    same_action, turn_error)
-from rollout import Trajectory, shortest_success  # noqa: F401  (re-exported)
-from tools import (ARGS_CHARS, FIELD_CHARS, QUERY_CHARS, RESULT_CHARS, SNIPPET_CHARS, SPAN_CAP,  # noqa: F401
-                   TOOLS, TOP_K_CAP, GroupTools, _as_int)                                   # (re-exported)
+from rapidfuzz import fuzz, utils
+
+from infra.chat import MAX_SECONDS, ChatFn, ChatReply, HFChat, OpenAIChat, ask, cut, deadline, estimate_tokens
+from infra.jsonscan import parse_text_tool_calls, rejects_note, scan_json, strip_tool_calls
+from rollout import Trajectory, turn_error
+from tools import (MAX_SEGMENT_TURNS, OUTPUT_SCHEMA, QUERY_CHARS, TOOLS, TOP_K_CAP, GroupTools, _as_int,
+                   build_system_prompt)
 
 # ---------------------------------------------------------------------------------------------
 # Limits (paper defaults where the paper gives one, our bounds elsewhere)
 # ---------------------------------------------------------------------------------------------
-MAX_SEGMENT_TURNS = 4         # paper: at most four action turns
 MAX_REPAIRS = 3               # paper: up to three repair turns
 MAX_TOOL_ROUNDS = 8           # ours: assistant replies carrying tool calls
 MAX_CALLS_PER_ROUND = 8       # ours: tool calls run per reply (the rest are not run)
+ACTION_MATCH = 100.0          # builtin: same action = equal after rapidfuzz normalisation;
+                              # fuzzier would merge "go to cabinet 1" with "go to cabinet 2"
+
+
+def same_action(a: str, b: str) -> bool:
+    return fuzz.ratio(utils.default_process(a), utils.default_process(b)) >= ACTION_MATCH
 
 
 
@@ -150,14 +102,16 @@ class JudgeResult:
         """The countable part of `reason` ("terminal", "http 500", ...)."""
         return None if self.reason is None else self.reason.split(":")[0]
 
+    def skipped(self) -> "JudgeResult":
+        """This drop's reason for a group not asked at all (the endpoint refused earlier in the update)."""
+        return dataclasses.replace(self, reason=f"{self.reason_key}: skipped, the endpoint refused a connection "
+                                   "earlier in this update", prompt_tokens=0, completion_tokens=0, transcript=[], tool_calls=0)
+
 
 class Judge(Protocol):
     name: str
 
     def propose(self, group: list[Trajectory], success_id: int, choose_success: bool = False) -> JudgeResult: ...
-
-    def critique(self, traj: Trajectory, gold: str | None = None,
-                 group: list[Trajectory] | None = None) -> CritiqueResult: ...
 
 
 def _dropped(reason: str, **kw) -> JudgeResult:
@@ -176,31 +130,6 @@ def _check_group(group: list[Trajectory], success_id: int) -> str | None:
     if len(group[success_id].turns) < 2:
         return "no_segment: the success has a single turn, so no non-terminal segment exists"
     return None
-
-
-# ---------------------------------------------------------------------------------------------
-# The two tools
-# ---------------------------------------------------------------------------------------------
-OUTPUT_SCHEMA: dict = {
-    "type": "object",
-    "properties": {
-        "failure_mode": {"type": "string", "description": "the recurring failure, one sentence"},
-        "start_turn": {"type": "integer", "description": "first turn of the segment (inclusive)"},
-        "end_turn": {"type": "integer", "description": "last turn of the segment (inclusive)"},
-        "rationale": {"type": "string", "description": "why this segment avoids it"},
-        "traj_id": {"type": "integer", "description": "optional; must be the successful one"},
-        "success_id": {"type": "integer", "description": "optional, read only when the judge is asked to choose "
-                                                         "the success: the successful trajectory the segment is from"}},
-    "required": ["failure_mode", "start_turn", "end_turn"],     # the paper's output: mode + (ℓ, r)
-}
-
-
-def _schema(choose: bool) -> dict:
-    """The schema the prompt shows: success_id only when the judge chooses (so the paper's prompt
-    is unchanged, token for token)."""
-    if choose:
-        return OUTPUT_SCHEMA
-    return {**OUTPUT_SCHEMA, "properties": {k: v for k, v in OUTPUT_SCHEMA["properties"].items() if k != "success_id"}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,66 +177,6 @@ def validate_proposal(obj: Any, group: list[Trajectory], success_id: int
     return Proposal(group[success_id].traj_id, s, e, fm.strip(), rat.strip()), None
 
 
-# ---------------------------------------------------------------------------------------------
-# Prompt text
-# ---------------------------------------------------------------------------------------------
-def _success_text(tr: Trajectory, idx: int) -> str:
-    lines = [f"Trajectory {idx} SUCCEEDED in {len(tr.turns)} turns (shown in full):"]
-    last = len(tr.turns) - 1
-    for t in tr.turns:
-        why = turn_error(t)
-        flag = (f"  [ERROR: {why}]" if why else "") + ("  [FINAL TURN]" if t.t == last else "")
-        lines.append(f"[turn {t.t}] observation: {cut(t.obs, FIELD_CHARS)}\n"
-                     f"[turn {t.t}] action: {t.action}{flag}")
-    lines.append(f"[end] result of turn {last}: {cut(tr.turns[-1].next_obs, FIELD_CHARS)}")
-    return "\n".join(lines)
-
-
-def _failure_preview(tr: Trajectory, idx: int, head: int = 6, tail: int = 3) -> str:
-    acts = [t.action for t in tr.turns]
-    shown = acts if len(acts) <= head + tail else acts[:head] + ["…"] + acts[-tail:]
-    n_err = sum(turn_error(t) is not None for t in tr.turns)
-    final = tr.turns[-1].next_obs if tr.turns else ""
-    return (f"- trajectory {idx} FAILED ({len(acts)} turns, {n_err} error-producing): "
-            f"{' → '.join(shown)}; final observation: {cut(final, 160)!r}")
-
-
-def _success_preview(tr: Trajectory, idx: int, head: int = 6, tail: int = 3) -> str:
-    acts = [t.action for t in tr.turns]
-    shown = acts if len(acts) <= head + tail else acts[:head] + ["…"] + acts[-tail:]
-    n_err = sum(turn_error(t) is not None for t in tr.turns)
-    return f"- trajectory {idx} SUCCEEDED ({len(acts)} turns, {n_err} error-producing): {' → '.join(shown)}"
-
-
-def build_system_prompt(group: list[Trajectory], success_id: int, choose: bool = False) -> str:
-    """The judge's system prompt; `choose`: it also previews every success and may name the one
-    it examines (success_id) — `success_id` is then the default, shown in full."""
-    task = group[success_id].task_text
-    fails = [_failure_preview(tr, i) for i, tr in enumerate(group) if not tr.won]
-    parts = [
-        "You are a credit-assignment judge for a reinforcement-learning agent. Below is one group "
-        f"of attempts at the same task: {task}",
-        "Your job: (1) diagnose ONE failure mode that recurs across the FAILED runs; (2) return "
-        f"the SHORTEST segment of the successful trajectory {success_id} — at most "
-        f"{MAX_SEGMENT_TURNS} consecutive action turns, ending BEFORE its final turn — whose "
-        "actions solve or avoid that failure mode. Exclude malformed or error-producing actions "
-        "(marked [ERROR]) even if recovering from them helped.",
-        _success_text(group[success_id], success_id)]
-    if choose:
-        wins = [_success_preview(tr, i) for i, tr in enumerate(group) if tr.won]
-        parts.append("You may examine another successful trajectory instead if its decisive actions "
-                     "contrast better with the failures: read it with get_segment and put its id in "
-                     f"\"success_id\" (omit it to examine trajectory {success_id}). Successful "
-                     "trajectories (previews):\n" + "\n".join(wins))
-    parts += [
-        "Failed trajectories (previews; inspect them with the tools):\n" + "\n".join(fails),
-        "Tools (OpenAI function schemas):\n" + json.dumps(TOOLS),
-        "When done, reply with ONLY a JSON object matching this schema (traj_id is implied):\n"
-        + json.dumps(_schema(choose)),
-    ]
-    return "\n\n".join(parts)
-
-
 def check_success_choice(obj: dict, group: list[Trajectory], default: int) -> tuple[int, str | None]:
     """(the success the answer names — `default` when it names none —, None) or (default,
     "success_choice: precise message for the repair turn")."""
@@ -351,15 +220,21 @@ def parse_proposal(text: str) -> dict | None:
 # ---------------------------------------------------------------------------------------------
 # The judge agent loop (hf and openai backends)
 # ---------------------------------------------------------------------------------------------
-class AgentJudge(AgentCritic):
+class AgentJudge:
     """An LLM judge: system prompt -> [tool rounds] -> JSON proposal -> validate -> repair, all
     within `max_seconds` of wall time (None: no budget; each chat call still has its own
-    timeout and retries). The budgeted chat call `_ask` and `critique` are AgentCritic's."""
+    timeout and retries)."""
 
     def __init__(self, chat: ChatFn, name: str = "agent", max_tool_rounds: int = MAX_TOOL_ROUNDS,
                  max_repairs: int = MAX_REPAIRS, max_seconds: float | None = MAX_SECONDS):
-        super().__init__(chat, name, max_seconds)
+        self.chat, self.name, self.max_seconds = chat, name, max_seconds
         self.max_tool_rounds, self.max_repairs = max_tool_rounds, max_repairs
+
+    def _deadline(self) -> float | None:
+        return deadline(self.max_seconds)
+
+    def _ask(self, msgs: list[dict], tools: list[dict] | None, until: float | None) -> ChatReply:
+        return ask(self.chat, msgs, tools, until, self.max_seconds)
 
     def propose(self, group: list[Trajectory], success_id: int, choose_success: bool = False) -> JudgeResult:
         bad = _check_group(group, success_id)
@@ -433,10 +308,10 @@ class AgentJudge(AgentCritic):
 # ---------------------------------------------------------------------------------------------
 # Built-in contrastive judge (offline default)
 # ---------------------------------------------------------------------------------------------
-class BuiltinJudge(BuiltinCritic):
+class BuiltinJudge:
     """Contrastive judge over the two tools (see the module docstring). It reads the success as
     the prompt shows it and the failures only through `GroupTools`, so it never sees more than
-    an LLM judge would. Its `critique` is BuiltinCritic's."""
+    an LLM judge would."""
     name = "builtin"
 
     def propose(self, group: list[Trajectory], success_id: int, choose_success: bool = False) -> JudgeResult:
@@ -526,9 +401,12 @@ def valid_segments(traj: Trajectory) -> list[tuple[int, int]]:
             if all(ok[s:e + 1])]
 
 
-class RandomJudge(RandomCritic):
+class RandomJudge:
     """Uniform over the success's valid segments; same validation path as every judge."""
     name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
 
     def propose(self, group: list[Trajectory], success_id: int, choose_success: bool = False) -> JudgeResult:
         bad = _check_group(group, success_id)

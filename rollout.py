@@ -136,6 +136,21 @@ class Agent:
         return out
 
 
+NOTHING_HAPPENS = "Nothing happens."   # ALFWorld's answer to an action that changes nothing
+
+
+def turn_error(turn: Turn) -> str | None:
+    """Why a turn counts as a malformed / error-producing action, or None. The paper excludes
+    these from the judge's segments even when recovering from them helped."""
+    if not turn.valid:
+        return "the output had no <action> tags (format-invalid)"
+    if turn.admissible and turn.action not in turn.admissible:
+        return f"action {turn.action!r} is not in that turn's admissible list"
+    if turn.next_obs.strip() == NOTHING_HAPPENS:
+        return f"the env answered {NOTHING_HAPPENS!r}"
+    return None
+
+
 def shortest_success(group: list[Trajectory]) -> int | None:
     """Index in `group` of the successful trajectory with the fewest turns (lowest index on ties);
     None if no trajectory won. ProVer's judge examines this one (the paper's choice)."""

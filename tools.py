@@ -1,4 +1,6 @@
-"""tools.py — the judge's two tools over one rollout group: search_trajectory and get_segment.
+"""What the judge sees of one rollout group: its prompt, its two tools, and the answer's schema.
+
+    prompt = build_system_prompt(group, success_id)     # τ* in full, failure previews, tools, schema
 
     tools = GroupTools(group, success_id)
     tools.call("search_trajectory", '{"query": "take key", "top_k": 5}')   # -> JSON text
@@ -13,6 +15,11 @@
 Arguments come from an LLM: any value of any type is accepted or answered with an error string
 (never an exception); raw argument strings over `ARGS_CHARS` are refused before parsing, and every
 result is cut at `RESULT_CHARS`. `TOOLS` is the OpenAI-style function schema sent to the judge.
+`build_system_prompt`: the task, the instruction (ONE recurring failure mode; the SHORTEST
+segment of τ*, ≤ MAX_SEGMENT_TURNS turns, ending before its final turn, no error-producing turn),
+τ* verbatim, failure previews (length, first/last actions, final observation), `TOOLS`, and
+`OUTPUT_SCHEMA` (success_id only when the judge chooses the success, so the paper's prompt is
+unchanged token for token).
 What it leaves out: semantic (embedding) search; tools over the successes (the judge sees the
 examined success in full in its prompt).
 """
@@ -24,10 +31,11 @@ from typing import Any, Callable
 
 from rapidfuzz import fuzz, process, utils
 
-from infra.chat import loads
-from methods.critic import cut, turn_error
-from rollout import Trajectory
+from infra.chat import cut
+from infra.jsonscan import loads
+from rollout import Trajectory, turn_error
 
+MAX_SEGMENT_TURNS = 4         # paper: a segment has at most four action turns
 TOP_K_CAP = 10                # ours: search hits per call
 SPAN_CAP = 8                  # ours: turns per get_segment call
 QUERY_CHARS = 500             # ours: longest search query accepted
@@ -198,3 +206,88 @@ _TOOL_FNS: dict[str, Callable[[GroupTools, dict], str]] = {
     "search_trajectory": lambda tools, args: _search_tool(tools, args),
     "get_segment": lambda tools, args: _segment_tool(tools, args),
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# The answer's schema
+# ---------------------------------------------------------------------------------------------
+OUTPUT_SCHEMA: dict = {
+    "type": "object",
+    "properties": {
+        "failure_mode": {"type": "string", "description": "the recurring failure, one sentence"},
+        "start_turn": {"type": "integer", "description": "first turn of the segment (inclusive)"},
+        "end_turn": {"type": "integer", "description": "last turn of the segment (inclusive)"},
+        "rationale": {"type": "string", "description": "why this segment avoids it"},
+        "traj_id": {"type": "integer", "description": "optional; must be the successful one"},
+        "success_id": {"type": "integer", "description": "optional, read only when the judge is asked to choose "
+                                                         "the success: the successful trajectory the segment is from"}},
+    "required": ["failure_mode", "start_turn", "end_turn"],     # the paper's output: mode + (ℓ, r)
+}
+
+
+def _schema(choose: bool) -> dict:
+    """The schema the prompt shows: success_id only when the judge chooses (so the paper's prompt
+    is unchanged, token for token)."""
+    if choose:
+        return OUTPUT_SCHEMA
+    return {**OUTPUT_SCHEMA, "properties": {k: v for k, v in OUTPUT_SCHEMA["properties"].items() if k != "success_id"}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompt text
+# ---------------------------------------------------------------------------------------------
+def _success_text(tr: Trajectory, idx: int) -> str:
+    lines = [f"Trajectory {idx} SUCCEEDED in {len(tr.turns)} turns (shown in full):"]
+    last = len(tr.turns) - 1
+    for t in tr.turns:
+        why = turn_error(t)
+        flag = (f"  [ERROR: {why}]" if why else "") + ("  [FINAL TURN]" if t.t == last else "")
+        lines.append(f"[turn {t.t}] observation: {cut(t.obs, FIELD_CHARS)}\n"
+                     f"[turn {t.t}] action: {t.action}{flag}")
+    lines.append(f"[end] result of turn {last}: {cut(tr.turns[-1].next_obs, FIELD_CHARS)}")
+    return "\n".join(lines)
+
+
+def _failure_preview(tr: Trajectory, idx: int, head: int = 6, tail: int = 3) -> str:
+    acts = [t.action for t in tr.turns]
+    shown = acts if len(acts) <= head + tail else acts[:head] + ["…"] + acts[-tail:]
+    n_err = sum(turn_error(t) is not None for t in tr.turns)
+    final = tr.turns[-1].next_obs if tr.turns else ""
+    return (f"- trajectory {idx} FAILED ({len(acts)} turns, {n_err} error-producing): "
+            f"{' → '.join(shown)}; final observation: {cut(final, 160)!r}")
+
+
+def _success_preview(tr: Trajectory, idx: int, head: int = 6, tail: int = 3) -> str:
+    acts = [t.action for t in tr.turns]
+    shown = acts if len(acts) <= head + tail else acts[:head] + ["…"] + acts[-tail:]
+    n_err = sum(turn_error(t) is not None for t in tr.turns)
+    return f"- trajectory {idx} SUCCEEDED ({len(acts)} turns, {n_err} error-producing): {' → '.join(shown)}"
+
+
+def build_system_prompt(group: list[Trajectory], success_id: int, choose: bool = False) -> str:
+    """The judge's system prompt; `choose`: it also previews every success and may name the one
+    it examines (success_id) — `success_id` is then the default, shown in full."""
+    task = group[success_id].task_text
+    fails = [_failure_preview(tr, i) for i, tr in enumerate(group) if not tr.won]
+    parts = [
+        "You are a credit-assignment judge for a reinforcement-learning agent. Below is one group "
+        f"of attempts at the same task: {task}",
+        "Your job: (1) diagnose ONE failure mode that recurs across the FAILED runs; (2) return "
+        f"the SHORTEST segment of the successful trajectory {success_id} — at most "
+        f"{MAX_SEGMENT_TURNS} consecutive action turns, ending BEFORE its final turn — whose "
+        "actions solve or avoid that failure mode. Exclude malformed or error-producing actions "
+        "(marked [ERROR]) even if recovering from them helped.",
+        _success_text(group[success_id], success_id)]
+    if choose:
+        wins = [_success_preview(tr, i) for i, tr in enumerate(group) if tr.won]
+        parts.append("You may examine another successful trajectory instead if its decisive actions "
+                     "contrast better with the failures: read it with get_segment and put its id in "
+                     f"\"success_id\" (omit it to examine trajectory {success_id}). Successful "
+                     "trajectories (previews):\n" + "\n".join(wins))
+    parts += [
+        "Failed trajectories (previews; inspect them with the tools):\n" + "\n".join(fails),
+        "Tools (OpenAI function schemas):\n" + json.dumps(TOOLS),
+        "When done, reply with ONLY a JSON object matching this schema (traj_id is implied):\n"
+        + json.dumps(_schema(choose)),
+    ]
+    return "\n\n".join(parts)

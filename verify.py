@@ -1,72 +1,34 @@
-"""Verification: the judge's segment is not trusted — its advantage is measured.
+"""VERIFY: the judge's segment is not trusted — its advantage is measured.
 
 A proposed segment (ℓ, r) of a successful trajectory is a temporally extended action. With no
 intermediate reward and γ = 1 its advantage under the current policy π is
 
     A_seg = V^π(s_post) − V^π(s_pre),     s_pre = state before turn ℓ,  s_post = state after turn r
 
-(the state after turn r is the state before turn r+1, which exists because segments are
-non-terminal). We restore the exact agent context (prompt history) and env state at each boundary
-and sample K current-policy continuations from each, with the episode's remaining step budget:
+(s_post exists because segments are non-terminal). We restore the exact agent context (prompt
+history) and env state at each boundary and sample K current-policy continuations from each, with
+the episode's remaining step budget:
 
     Δ̂ = mean_k R_post,k − mean_k R_pre,k,      SE(Δ̂) = sqrt(s²_post/K + s²_pre/K)
 
-with R the episode outcome (binary success; WebShop's score in [0, 1] under --reward score) and
-s² the unbiased sample variance. Given the segment, Δ̂ is an unbiased
-estimate of A_seg when restoring is exact — which our snapshots guarantee (agent context and env
-state are restored exactly; an env with randomness left redraws it per continuation, so V(s) averages
-over it rather than over one fixed draw — see `rollout.run_episodes(fresh_env_randomness=...)`).
+R the episode outcome (success; WebShop's score under --reward score), s² the unbiased sample
+variance. Given the segment, Δ̂ is unbiased for A_seg because restoring is exact (an env with
+randomness left redraws it per continuation, so V averages over it). Toy example: 2/4 succeed
+from s_ℓ, 3/4 from s_{r+1}: Δ̂ = +0.25.
 
-What it does not guarantee: with K = 8 and success rates near 0.5, SE ≈ 0.25, as large as a typical
-bonus; thresholding at Δ̂ > 0 then gives zero-value segments a positive expected bonus. `margin`
-in prover.py (credit only if Δ̂ > margin) is the knob for that; the SE is reported with every
-estimate (segments.md) so a reader can judge. Three options (issue #22; off by default) reduce
-or react to that noise:
+What it does not guarantee: at K = 8 and success rates near 0.5, SE ≈ 0.25, as large as a typical
+bonus, so the rule Δ̂ > 0 gives zero-value segments a positive expected bonus; the SE is reported
+with every estimate (segments.md). Options beyond the paper (off by default; see `estimate`):
+  --verify-crn     common random numbers: continuation k of each side shares sampling seeds and
+                   env draws; Δ̂ = mean of the paired differences d_k, SE = sqrt(s²_d / K)
+  --verify-k-max   adaptive K: rounds of K per side until |Δ̂| − z·SE > 1e-9 (`clears`) or K_max
+  --verify-estimate fresh (default with --verify-k-max): Δ̂ from a second, independent batch of
+                   the chosen k (the stopping rounds' own Δ̂ is biased towards large |Δ̂|)
+`alternatives` (for --negative-credit): Â(a′) = mean_k R_alt,k − mean_k R_pre,k for a failure's
+different action at the same prompt view, against the same K pre outcomes (paired under CRN).
 
---verify-crn  common random numbers. Continuation k of the pre side and continuation k of the post
-    side share their sampling seeds (episode id k on both sides: the seed of the (episode, step)
-    pair is hash((seed, k, step)), step counted from the episode's start, so the two sides agree
-    at every absolute step, not at every turn since their start) and their env randomness (the same `reseed` value, a function
-    of (seed, k)). The estimate is the mean of the paired differences, with the paired SE:
-
-        d_k = R_post,k − R_pre,k,     Δ̂ = mean_k d_k,     SE_paired(Δ̂) = sqrt(s²_d / K)
-
-    Δ̂ is the same unbiased estimate (each side's continuations are still i.i.d. draws of its own
-    V); what changes is Var(Δ̂) = (σ²_post + σ²_pre − 2·Cov)/K: where both sides face the same
-    luck (keydoor's door draw: a coupled uniform u_k opens the door iff u_k < p), the covariance
-    is positive and the SE shrinks.
-
---verify-k-max K_max  adaptive K. Continuations come in rounds of K per side (the last one cut to
-    K_max); after each round
-
-        stop when |Δ̂| − z·SE(Δ̂) > 1e-9 (`clears`)   or   k ≥ K_max continuations per side
-
-    (z = --credit-z; the SE is the paired one under --verify-crn). Δ̂ = 0 never stops early: with
-    small rounds under CRN most rounds have every d_k = 0 (SE = 0), and stopping there would turn
-    "no evidence yet" into a rejection of segments that do matter; a segment with no effect
-    therefore pays for all K_max. Each round has its own
-    sampling seeds and env draws (CRN: episode ids k = K·n … K·(n+1) − 1 on both sides;
-    otherwise the round's seed is hash((seed, n)), round 0 being exactly the default call), so
-    the pooled outcomes are i.i.d. and Δ̂, SE are computed over all k of them. Early stopping
-    makes the pooled Δ̂ a sequential estimate, biased towards |Δ̂| large — not slightly: the rounds
-    that stop are those whose noise pushed |Δ̂| past z·SE (tests/test_prover_options.py and
-    results/adaptive_bias.md measure it against the analytic value). `--verify-estimate fresh` (the
-    default with --verify-k-max) removes it: the stopping rounds only choose k, and Δ̂, SE come from a
-    second batch of k continuations per side, independent of the first, so E[Δ̂ | k] = A_seg. It
-    costs that second batch (about twice the stopping rounds' continuations); `pooled` is the
-    first version (Δ̂ over the stopping rounds themselves).
-
-Alternatives (`alternatives`, for prover.py's --negative-credit): the advantage of a failure's
-different action a′ at a state with the prompt view of s_pre is estimated against the same
-V̂(s_pre) (its K outcomes are reused, not resampled):
-
-    Â(a′) = mean_k R_alt,k − mean_k R_pre,k      (s_alt = the state after the failure's turn)
-
-with K = the k the main estimate ended with, and the SE as above (paired under CRN: alternative
-continuation k reuses the episode id and env draw of pre continuation k).
-
-Every continuation token and env step is counted under `tokens/verify` / `env_steps/verify`
-(all rounds, and the alternatives' continuations).
+Every continuation token and env step is counted under tokens/verify and env_steps/verify.
+Leaves out: value baselines or control variates beyond CRN; training on the continuations.
 """
 from __future__ import annotations
 
@@ -146,11 +108,20 @@ def estimate(agent: Agent, envs: list, traj: Trajectory, start_turn: int, end_tu
              temperature: float, seed: int, crn: bool = False, k_max: int = 0, z: float = 1.0,
              crn_align: str = "step", fresh: bool = False) -> Verification:
     """Δ̂ for turns [start_turn, end_turn] (inclusive) of `traj`. `envs` needs ≥ 2K envs of the
-    trajectory's split; both sides run in one batch (2K episodes) for speed. `crn`, `k_max`, `z`:
-    --verify-crn, --verify-k-max, --credit-z; `fresh` (--verify-estimate fresh, with k_max): Δ̂
-    and SE from a second, independent batch of as many continuations as the stopping rule chose
-    (see the module docstring); the defaults are the paper's single round of independent
-    continuations."""
+    trajectory's split; both sides run in one batch (2K episodes). The defaults are the paper's
+    single round of K independent continuations per side.
+
+    `crn` (--verify-crn): continuation k of both sides uses episode id k, so its sampling seed
+    hash((seed, k, step)) — step counted from the episode's start, so the sides agree at every
+    absolute step — and its env draw (a function of (seed, k)) are shared. Var(Δ̂) =
+    (σ²_post + σ²_pre − 2·Cov)/K shrinks where both sides face the same luck (keydoor's door draw).
+    `k_max` (--verify-k-max) with `z` (--credit-z): rounds of K per side until `clears(|Δ̂|, SE, z)`
+    or k_max; Δ̂ = 0 never stops early (under CRN most small rounds have every d_k = 0, SE = 0),
+    so a segment with no effect pays for all k_max. Each round has its own seeds (CRN: episode ids
+    K·n … K·(n+1) − 1; else hash((seed, n)), round 0 being the default call). The pooled Δ̂ of
+    the stopping rounds is biased towards large |Δ̂| (the rounds that stop are those whose noise
+    cleared z·SE; bench/adaptive_bias.py measures it); `fresh` (--verify-estimate fresh) takes Δ̂
+    and SE from a second batch of k per side, independent of the first, so E[Δ̂ | k] = A_seg."""
     assert 0 <= start_turn <= end_turn < len(traj.turns) - 1, "segment must be non-terminal"
     s_pre = traj.turns[start_turn].state
     s_post = traj.turns[end_turn + 1].state

@@ -83,7 +83,7 @@ FULL = dict(envs=["alfworld", "webshop", "searchqa"], methods=list(METHOD_ARGS),
             cell_seeds=["alfworld/grpo=10", "alfworld/prover=10", "alfworld/prover-plus=10"])
 # the train.py settings a finished run must share with the study to be reused (config.json keys)
 PROTOCOL = ("env", "method", "judge", "seed", "eval_every", "eval_episodes", "eval_repeats")
-# The paper's figures (Qwen3.5-4B unless said; ../shared/reference/prover_paper.md), printed beside ours
+# The paper's figures (Qwen3.5-4B unless said), printed beside ours
 PAPER = {
     "headline": "ProVer +7.12% (4B) / +9.91% (2B) relative to GRPO on the average over the three benchmarks; "
                 "budget-matched GRPO −0.5% / −0.9%",

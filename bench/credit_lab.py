@@ -106,7 +106,7 @@ ARGS = {**compare.METHOD_ARGS, **VARIANTS}
 Q_TARGET = 0.9
 
 
-# under every table's heading (issue #42): what q_key measures, and what supersedes it
+# under every table's heading: what q_key measures, and what supersedes it
 Q_KEY_NOTE = "**What `q_key` measures here:** `lab/q_key` is π(`take key` as the *first* action) on fixed pivot-room prompts, not the decision: a policy that takes the key later in the room (after a distractor or an invalid turn) is not counted, so these tables' q ≈ 0.78–0.85 plateaus are partly the metric's ceiling. `lab/p_key_held` (the exact probability that the key is held when the agent leaves the pivot room, oracle.py) supersedes it; runs made before it existed do not log it.\n\n"
 
 def run_dir(out: str, rooms: int, method: str, seed: int) -> str:
@@ -230,7 +230,7 @@ def summarize(d: str, iters: int) -> dict | None:
     credited = sum(r.get("prover/credited", 0) for r in tr)
     return {"updates_to_q": hit if hit is not None else iters + 1, "reached": hit is not None,
             "q_key_final": tr[-1].get("lab/q_key"), "q_key_init": tr[0].get("lab/q_key"),
-            # the headline speed measure since issue #42 (absent in older runs' rows)
+            # the headline speed measure (absent in older runs' rows)
             "p_key_final": tr[-1].get("lab/p_key_held"),
             "p_curve": [(r["step"], r.get("lab/p_key_held")) for r in tr if "lab/p_key_held" in r],
             "expected_success_final": next((r["eval/expected_success"] for r in reversed(tr) if "eval/expected_success" in r), None),

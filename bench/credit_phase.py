@@ -4,7 +4,7 @@
     python bench/credit_phase.py --cells rooms=4 rooms=4,p_key=0.6,p_nokey=0.4 rooms=4,group_size=4
     python bench/credit_phase.py --report-only ...          # rebuild the table and the heat map
 
-A coarse, cheap screen (issue #44): for every cell × learning-rate multiplier × method × seed it
+A coarse, cheap screen: for every cell × learning-rate multiplier × method × seed it
 runs `train.py --env keydoor --method M --seed S --lr (m × the default)` with the cell's options and
 reads `lab/p_key_held` (oracle.py's exact probability that the key is held when the agent leaves
 the pivot room) at every update. No verification, no judge: the methods are the two ends of the

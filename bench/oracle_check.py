@@ -14,7 +14,7 @@ Procedure, per configuration (each `--env-opt` is one, its words KEY=VALUE keydo
        continuations (no common random numbers)
     4. z = (A* − Â) / SE per state (also for V and Q)
 
-Target (issue #42): mean |A* − Â| ≤ 2 SE and no state beyond 4 SE. The oracle's one modelled
+Target: mean |A* − Â| ≤ 2 SE and no state beyond 4 SE. The oracle's one modelled
 approximation is the residual mass (responses that are no admissible action's canonical text),
 followed as one invalid turn with a fixed history entry; this check is what says whether that
 matters. Writes results/oracle_check.{md,csv} (--out); the runs share nothing with training runs.

@@ -8,7 +8,7 @@ A refactor that moves code must not change what a run computes. The three runs b
 paper's method on ALFWorld, the options beyond the paper on the credit lab, and a baseline on
 WebShop; each builds its own warm start in a fresh cache folder (so the warm-start code is
 exercised too) and runs 2 updates with one process (`--workers 1`). `compare` checks, per run,
-that metrics.jsonl (the time/* keys left out: wall-clock times differ), records.jsonl and
+that metrics.jsonl (keys in order; the time/* keys left out: wall-clock times differ), records.jsonl and
 segments.md are identical, and that the final checkpoint's weights are bitwise equal (a hash
 of every tensor's bytes). Bit-identity holds on one machine: another CPU's BLAS kernels may
 round differently, so record and compare on the same machine.
@@ -65,8 +65,8 @@ def _read(path: str, name: str) -> object:
     p = os.path.join(path, name)
     if not os.path.exists(p):
         return None
-    if name == "metrics.jsonl":       # wall-clock times differ from run to run
-        return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in open(p)]
+    if name == "metrics.jsonl":       # wall-clock times differ from run to run; keys compared in order
+        return [[(k, v) for k, v in json.loads(line).items() if not k.startswith("time/")] for line in open(p)]
     return open(p, "rb").read()
 
 

@@ -4,7 +4,7 @@
     model, tok, model_dir = model_setup(cfg, spec, env_kw, log)    # --model, or the tiny warm start
     model = model_extras(cfg, model, device)                       # LoRA, gradient checkpointing, device, --fsdp
     gen = generator_setup(cfg, model, tok, model_dir)              # HF sampling loop or vLLM
-    judge = judge_setup(cfg, model, tok)                           # ProVer / CriticSearch only
+    judge = judge_setup(cfg, model, tok)                           # ProVer's judge / CriticSearch's critic
     ref = reference_setup(cfg, model)                              # the KL reference (--kl-coef > 0)
 
 Each takes the config (any object with train.Config's fields) and returns plain objects; nothing
@@ -19,6 +19,7 @@ import random
 from infra import dist
 import envs
 import judge
+from methods import METHODS, criticsearch
 from infra import policy
 from infra import warmstart
 
@@ -147,7 +148,9 @@ def generator_setup(cfg, model, tok, model_dir: str):
 
 
 def judge_setup(cfg, model, tok):
-    if cfg.method not in ("prover", "prover-plus", "criticsearch"):
+    """The method's judge (ProVer's, judge.py) or critic (CriticSearch's), or None (methods' registry)."""
+    kind = METHODS[cfg.method].judge
+    if not kind:
         return None
     kw: dict = {}
     if cfg.judge == "random":
@@ -160,8 +163,9 @@ def judge_setup(cfg, model, tok):
             kw.update(model=jm, tokenizer=jt)
         else:    # the policy itself (under --fsdp its full sampler copy, kept current by the sync)
             kw.update(model=sampling_model(model), tokenizer=tok)
+    if kind == "critic":
+        return criticsearch.make_critic(cfg.judge, **kw)
     return judge.make_judge(cfg.judge, **kw)
-
 
 
 def rng_state(py_rng: random.Random) -> dict:

@@ -9,7 +9,7 @@ A*(s, a) = Q^π(s, a) − V^π(s) exactly for the policy that sampled the batch)
     prover        + λ·Δ̂ on the judge's segment                      (selection, coverage, estimation)
     prover-exact  + λ·ΔV on the judge's segment, ΔV = V^π(s_{r+1}) − V^π(s_ℓ) exact
                   (ProVer's judge, segment, scope and credit rule; no estimation noise)
-    prover-plus-exact  the same for prover-plus (prover.PLUS: every mixed group eligible)
+    prover-plus-exact  the same for prover-plus (every mixed group eligible)
     oracle-add    A_t = A^GRPO_t + λ·A*(s_t, a_t) on every turn       (coverage: every turn)
     oracle        A_t = A*(s_t, a_t)                                 (perfect credit, alone; the update's
                                                                      format penalty kept, as in every arm)
@@ -18,7 +18,7 @@ So the table of a study splits the gap between GRPO and perfect credit into outc
 (grpo → oracle-rb), estimation (prover → prover-exact, prover-plus → prover-plus-exact), selection and coverage (prover-exact →
 oracle-add) and the outcome term itself (oracle-add → oracle).
 
-Every arm follows `train.METHODS`' protocol: fn(groups, adv, run) updates adv[g][i][t] in place and
+Every arm follows the protocol of methods/__init__.py: fn(groups, adv, run) updates adv[g][i][t] in place and
 returns metrics (oracle/*: the DP's size, its pruning bound and residual mass). The oracle is
 rebuilt for every call (the policy changed since the last one) at the rollout temperature.
 Leaves out: every env but keydoor (config.validate refuses them with one line before set-up).
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import grpo
 from lab import oracle
-import prover
+from methods import prover_options
 import verify
 
 def make_oracle(run) -> oracle.Oracle:
@@ -100,30 +100,22 @@ def exact_estimator(orc: oracle.Oracle):
     return estimate
 
 
-def prover_exact(groups, adv, run, overrides: dict | None = None) -> dict:
+def prover_exact(groups, adv, run, plus: bool = False) -> dict:
     """ProVer's judge, segment, scope and credit rule, with the exact ΔV instead of Δ̂."""
-    if run.judge is None:                     # build.judge_setup makes a judge for prover's names only
-        import dataclasses
-        from infra import build
-        run.judge = build.judge_setup(dataclasses.replace(run.cfg, method="prover"), getattr(run.agent.gen, "model", None),
-                                      run.agent.tok)
     orc = make_oracle(run)
-    out = prover.credit(groups, adv, run, overrides=overrides, estimate=exact_estimator(orc))
+    fn = prover_options.plus_credit if plus else prover_options.prover_credit
+    out = fn(groups, adv, run, estimate=exact_estimator(orc))
     out.update({k: v for k, v in _stats(orc, []).items() if k != "oracle/bound_max"})
     return out
 
 
 def prover_plus_exact(groups, adv, run) -> dict:
-    """prover-plus (prover.PLUS: every mixed group, the judged success, matched scope) with the
-    exact ΔV: prover-plus → prover-plus-exact isolates prover-plus's estimation noise."""
-    return prover_exact(groups, adv, run, overrides=prover.PLUS)
+    """prover-plus (every mixed group, the judged success, matched scope) with the exact ΔV:
+    prover-plus → prover-plus-exact isolates prover-plus's estimation noise."""
+    return prover_exact(groups, adv, run, plus=True)
 
 
 # Revisions of an arm's credit, for the studies that keep finished runs (bench/credit_phase.py records it
 # in each run's protocol, so a summary made under an earlier revision is refused, never mixed in).
 # oracle 2: keeps the update's format penalty (see `_exact`); revision-1 runs are in git history.
 REVISION = {"oracle": 2}
-
-# the names are config.LAB_METHODS (checked there before set-up: keydoor only)
-METHODS = {"oracle-rb": oracle_rb, "oracle-add": oracle_add, "oracle": oracle_alone, "prover-exact": prover_exact,
-           "prover-plus-exact": prover_plus_exact}

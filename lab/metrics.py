@@ -46,12 +46,10 @@ from dataclasses import dataclass
 import torch
 
 from grpo import Row, collate, token_logprobs
+from lab import oracle
+from methods import METHODS
 from rollout import AgentState
 
-# how each method's credit relates to GRPO's advantages (see the docstring)
-CREDIT_KIND = {"prover": "added", "prover-plus": "added", "criticsearch": "added", "gigpo": "added", "spo-chain": "final", "spo-tree": "final",
-               "oracle-add": "added", "oracle": "final", "prover-exact": "added",
-               "prover-plus-exact": "added"}
 PROBE_TASKS = 32
 
 
@@ -106,7 +104,6 @@ def q_key(model, probe: Probe) -> float:
 
 def p_key_held(model, probe: Probe) -> tuple[float, float]:
     """(mean over the probe states of P(key held on leaving the pivot room), the DP's error bound)."""
-    from lab import oracle
     orc = oracle.Oracle(probe.env_kw, oracle.ModelPolicy(model, probe.agent, probe.temperature),
                         history_len=probe.agent.history_len)
     v = orc.values(probe.states, "key_held")
@@ -159,8 +156,9 @@ def step_metrics(probe: Probe | None, model, groups, adv_grpo, adv_final, propos
     if probe is None:
         return {}
     pk, bound = p_key_held(model, probe)
-    return {"q_key": q_key(model, probe), "p_key_held": pk, "p_key_bound": bound, **credit_sums(groups, adv_grpo, adv_final, CREDIT_KIND.get(method)),
-            **judge_sums(groups, proposals), "shaped": method in CREDIT_KIND}
+    kind = METHODS[method].credit_kind or None     # how the method's credit relates to GRPO's advantages
+    return {"q_key": q_key(model, probe), "p_key_held": pk, "p_key_bound": bound, **credit_sums(groups, adv_grpo, adv_final, kind),
+            **judge_sums(groups, proposals), "shaped": kind is not None}
 
 
 def merge(parts: list[dict]) -> dict:
@@ -187,3 +185,24 @@ def merge(parts: list[dict]) -> dict:
     if tot.get("fail_props"):
         out["lab/judge_hit_fail"] = tot["fail_hits"] / tot["fail_props"]
     return out
+
+
+class LabHook:
+    """The credit lab's one callback into the training loop (envs with a known pivotal action,
+    i.e. keydoor): `make_hook` returns None elsewhere and the loop skips it."""
+
+    def __init__(self, probe: Probe, env_kw: dict, method: str):
+        self.probe, self.env_kw, self.method = probe, env_kw, method
+
+    def after_credit(self, model, groups, adv_grpo, adv_final, proposals) -> dict:
+        """This rank's raw lab sums for the update (before its gradient step)."""
+        return step_metrics(self.probe, model, groups, adv_grpo, adv_final, proposals, self.method)
+
+    def expected_reward(self, traj) -> float:
+        """E[R | the episode's decisions] (the door's draw removed), for eval/expected_success."""
+        return oracle.expected_reward(traj, self.env_kw)
+
+
+def make_hook(agent, spec, env_kw: dict, seed: int, temperature: float, method: str) -> LabHook | None:
+    probe = make_probe(agent, spec, env_kw, seed, temperature)
+    return None if probe is None else LabHook(probe, env_kw, method)

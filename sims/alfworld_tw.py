@@ -18,7 +18,7 @@ What it implements
     `alfworld-generate` does) into the `game.tw-pddl` json the engine loads:
     {pddl_domain, grammar, pddl_problem, solvable, walkthrough}. Object ids follow
     `household.pddl_id`, so the Demangler gives every entity the name the simulator uses.
-    Two deliberate choices, both to match the official 0.4.x games (reference/alfworld.md):
+    Two deliberate choices, both to match the official 0.4.x games:
       * the package's alfred.pddl (0.4.2) also lets you `examine` an object lying in a visible
         receptacle at your location; real 0.4.x admissible lists do not show that, so the exported
         domain restricts `examineObject` to the held object (one precondition, patched below);

@@ -1,4 +1,4 @@
-"""Baselines (baselines.py): hand-computed advantages on hand-built groups, the methods' wiring
+"""Baselines (methods/): hand-computed advantages on hand-built groups, the methods' wiring
 with scripted continuations, real continuations with the tiny policy, and one end-to-end
 `train.py` smoke run per method.
 
@@ -20,9 +20,10 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 torch.set_num_threads(1)
 
-from methods import baselines  # noqa: E402
+import methods  # noqa: E402
+from methods import common, criticsearch, gigpo, grpo_matched, spo  # noqa: E402
 import rollout  # noqa: E402
-from methods.critic import CritiqueResult  # noqa: E402
+from methods.criticsearch import CritiqueResult  # noqa: E402
 from rollout import AgentState, Trajectory, Turn  # noqa: E402
 
 G95 = 0.95
@@ -64,7 +65,7 @@ def grpo_adv(groups, c):
 def test_gigpo_exact_mean_norm():
     R = [1.0, 0.0, 1.0]
     obs = [["A", "B", "C"], ["A", "D"], ["A", "B"]]
-    a, st = baselines.gigpo_group(R, obs, G95, 1.0, "mean_norm")
+    a, st = gigpo.gigpo_group(R, obs, G95, 1.0, "mean_norm")
     # A^E = R − 2/3; returns: τ0 [.9025, .95, 1], τ1 [0, 0], τ2 [.95, 1]
     # anchor A: {.9025, 0, .95} mean .6175 → +.285, −.6175, +.3325; B: {.95, 1} → ∓.025; C, D singletons → 0
     assert approx(a[0], [1 / 3 + 0.285, 1 / 3 - 0.025, 1 / 3])
@@ -76,7 +77,7 @@ def test_gigpo_exact_mean_norm():
 def test_gigpo_exact_mean_std_norm():
     R = [1.0, 0.0, 1.0]
     obs = [["A", "B", "C"], ["A", "D"], ["A", "B"]]
-    a, _ = baselines.gigpo_group(R, obs, G95, 1.0, "mean_std_norm")
+    a, _ = gigpo.gigpo_group(R, obs, G95, 1.0, "mean_std_norm")
     sdE = math.sqrt((1 / 9 + 4 / 9 + 1 / 9) / 2)                     # unbiased std of [1, 0, 1]
     sdA = math.sqrt((0.285 ** 2 + 0.6175 ** 2 + 0.3325 ** 2) / 2)
     sdB = math.sqrt(2 * 0.025 ** 2)                                   # → a pair gives ±1/√2
@@ -89,27 +90,27 @@ def test_gigpo_exact_mean_std_norm():
 def test_gigpo_omega_and_similarity():
     R = [1.0, 0.0]
     obs = [["you are in kitchen 1", "x"], ["you are in kitchen 2", "y"]]
-    exact, st0 = baselines.gigpo_group(R, obs, G95, 1.0, "mean_norm", 0.0)
+    exact, st0 = gigpo.gigpo_group(R, obs, G95, 1.0, "mean_norm", 0.0)
     assert approx(exact[0], [0.5, 0.5]) and approx(exact[1], [-0.5, -0.5]) and st0["step_groups"] == 0
     # ratio("…kitchen 1", "…kitchen 2") = 2·19/40 = 0.95 ≥ 0.9: one anchor group {.95, 0}, mean .475
-    sim, st1 = baselines.gigpo_group(R, obs, G95, 0.5, "mean_norm", 0.9)
+    sim, st1 = gigpo.gigpo_group(R, obs, G95, 0.5, "mean_norm", 0.9)
     assert approx(sim[0], [0.5 + 0.5 * 0.475, 0.5]) and approx(sim[1], [-0.5 - 0.5 * 0.475, -0.5])
     assert st1["step_groups"] == 1
-    assert baselines.anchor_clusters(["ab", "ab", "cd", "ab"]) == [0, 0, 1, 0]
+    assert gigpo.anchor_clusters(["ab", "ab", "cd", "ab"]) == [0, 0, 1, 0]
 
 
 def test_gigpo_singleton_and_all_equal():
     # G = 1: A^E = 0 (grpo.group_advantages); no revisit → all step groups singletons → 0
-    a, _ = baselines.gigpo_group([1.0], [["A", "B"]])
+    a, _ = gigpo.gigpo_group([1.0], [["A", "B"]])
     assert approx(a[0], [0.0, 0.0])
     # a revisit within one trajectory joins the same anchor group: {γ², 1} mean .95125
-    a, _ = baselines.gigpo_group([1.0], [["A", "B", "A"]])
+    a, _ = gigpo.gigpo_group([1.0], [["A", "B", "A"]])
     assert approx(a[0], [-0.04875, 0.0, 0.04875])
     # all fail: everything 0
-    a, _ = baselines.gigpo_group([0.0, 0.0], [["A", "B"], ["A", "C"]], mode="mean_std_norm")
+    a, _ = gigpo.gigpo_group([0.0, 0.0], [["A", "B"], ["A", "C"]], mode="mean_std_norm")
     assert approx(a[0] + a[1], [0.0] * 4)
     # all succeed: A^E = 0 but the shorter path from A is worth more: {.95, .9025} mean .92625
-    a, _ = baselines.gigpo_group([1.0, 1.0], [["A", "B"], ["A", "C", "B"]])
+    a, _ = gigpo.gigpo_group([1.0, 1.0], [["A", "B"], ["A", "C", "B"]])
     assert approx(a[0], [0.02375, 0.0]) and approx(a[1], [-0.02375, 0.0, 0.0])
 
 
@@ -117,25 +118,25 @@ def test_gigpo_credit_penalty_and_bad_mode():
     groups = [[traj(["A", "B"], 1, 0, valid=[True, False]), traj(["A", "C"], 0, 1)]]
     c = cfg()
     adv = grpo_adv(groups, c)
-    m = baselines.gigpo(groups, adv, SimpleNamespace(cfg=c))
+    m = gigpo.credit(groups, adv, SimpleNamespace(cfg=c))
     # A^E ±.5; anchor A {.95, 0} → ±.475; B, C singletons; turn 1 of τ0 invalid → −.1
     assert approx(adv[0][0], [0.975, 0.4]) and approx(adv[0][1], [-0.975, -0.5])
     assert m["gigpo/step_groups"] == 1
     with pytest.raises(ValueError):
-        baselines.gigpo(groups, adv, SimpleNamespace(cfg=cfg(gigpo_mode="std")))
+        gigpo.credit(groups, adv, SimpleNamespace(cfg=cfg(gigpo_mode="std")))
 
 
 # --------------------------------------------------------------------------- SPO-chain arithmetic
 def test_chain_boundaries_and_advantages():
-    assert baselines.chain_boundaries(5, 2) == [2, 4]
-    assert baselines.chain_boundaries(4, 2) == [2]
-    assert baselines.chain_boundaries(2, 2) == [] and baselines.chain_boundaries(1, 5) == []
+    assert spo.chain_boundaries(5, 2) == [2, 4]
+    assert spo.chain_boundaries(4, 2) == [2]
+    assert spo.chain_boundaries(2, 2) == [] and spo.chain_boundaries(1, 5) == []
     # V: b0 .25 | b2 .75 | b4 .5 | end R=1 → segments [0,2) +.5, [2,4) −.25, [4,5) +.5; sum = R − V(b0)
-    a = baselines.chain_advantages(5, [2, 4], [0.75, 0.5], v0=0.25, R=1.0)
+    a = spo.chain_advantages(5, [2, 4], [0.75, 0.5], v0=0.25, R=1.0)
     assert approx(a, [0.5, 0.5, -0.25, -0.25, 0.5])
     # no boundary: one segment = GRPO's R − mean; singleton group (v0 = R): 0
-    assert approx(baselines.chain_advantages(3, [], [], 0.25, 0.0), [-0.25] * 3)
-    assert approx(baselines.chain_advantages(3, [], [], 1.0, 1.0), [0.0] * 3)
+    assert approx(spo.chain_advantages(3, [], [], 0.25, 0.0), [-0.25] * 3)
+    assert approx(spo.chain_advantages(3, [], [], 1.0, 1.0), [0.0] * 3)
 
 
 class FakeEpisodes:
@@ -172,12 +173,12 @@ def test_spo_chain_credit_dedup_and_values(monkeypatch):
     groups = [[traj(["s", "p", "q", "r", "z"], 1, 0), traj(["s", "p", "q", "w"], 0, 1)],
               [traj(["s", "t"], 0, 0), traj(["s", "u"], 0, 1)]]           # all fail: not eligible
     fe = FakeEpisodes(lambda obs, k: {"q": k % 4 < 3, "z": True}.get(obs, False))
-    monkeypatch.setattr(baselines, "run_episodes", fe)
+    monkeypatch.setattr(spo, "run_episodes", fe)
     monkeypatch.setattr(rollout, "run_episodes", fe)   # continue_from's batch call
     c = cfg(spo_interval=2, spo_n=4)
     adv = grpo_adv(groups, c)
     run = fake_run(c)
-    m = baselines.spo_chain(groups, adv, run)
+    m = spo.chain_credit(groups, adv, run)
     # boundaries: τ0 at 2 ('q', shared with τ1 → one state) and 4 ('z'); V(q) = 3/4, V(z) = 1; V(b0) = .5
     assert fe.calls == [(8, "verify")] and m["spo/unique_states"] == 2 and m["spo/continuations"] == 8
     assert approx(adv[0][0], [0.25, 0.25, 0.25, 0.25, 0.0])
@@ -188,30 +189,30 @@ def test_spo_chain_credit_dedup_and_values(monkeypatch):
 
 # --------------------------------------------------------------------------- SPO-tree
 def test_tree_values_and_edges():
-    N, E = baselines.Node, baselines.Edge
+    N, E = spo.Node, spo.Edge
     n1 = N([E(None, 1.0), E(None, 0.0)])
     root = N([E(n1), E(None, 1.0)])
-    assert baselines.tree_value(n1) == 0.5 and baselines.tree_value(root) == 0.75
-    got = [a for _, a in baselines.edge_advantages(root)]
+    assert spo.tree_value(n1) == 0.5 and spo.tree_value(root) == 0.75
+    got = [a for _, a in spo.edge_advantages(root)]
     assert approx(sorted(got), sorted([-0.25, 0.25, 0.5, -0.5]))
     # singleton and all-equal: every edge 0
-    assert [a for _, a in baselines.edge_advantages(N([E(None, 1.0)]))] == [0.0]
+    assert [a for _, a in spo.edge_advantages(N([E(None, 1.0)]))] == [0.0]
     eq = N([E(N([E(None, 1.0), E(None, 1.0)])), E(None, 1.0)])
-    assert all(a == 0.0 for _, a in baselines.edge_advantages(eq))
-    assert baselines.parse_depths("6, 3,3") == [3, 6]
+    assert all(a == 0.0 for _, a in spo.edge_advantages(eq))
+    assert spo.parse_depths("6, 3,3") == [3, 6]
     with pytest.raises(ValueError):
-        baselines.parse_depths("0,2")
+        spo.parse_depths("0,2")
 
 
 def test_spo_tree_credit(monkeypatch):
     groups = [[traj(["a", "b", "c", "d"], 1, 0), traj(["a", "e"], 0, 1, valid=[True, False])]]
     fe = FakeEpisodes(lambda obs, k: False, length=1)
-    monkeypatch.setattr(baselines, "run_episodes", fe)
+    monkeypatch.setattr(spo, "run_episodes", fe)
     monkeypatch.setattr(rollout, "run_episodes", fe)   # continue_from's batch call
     c = cfg(spo_tree_depths="2", spo_tree_branch=2)
     adv = grpo_adv(groups, c)
     run = fake_run(c)
-    m = baselines.spo_tree(groups, adv, run)
+    m = spo.tree_credit(groups, adv, run)
     # τ0 runs at depth 2 → node n (own remainder R=1 + one continuation R=0): V(n) = .5
     # τ1 ended before depth 2 → leaf R=0;  V(root) = (.5 + 0)/2 = .25
     assert fe.calls == [(1, "verify")] and len(groups[0]) == 3
@@ -225,13 +226,13 @@ def test_spo_tree_credit(monkeypatch):
 
 # --------------------------------------------------------------------------- CriticSearch
 def test_critic_normalisation():
-    A = baselines.critic_advantages([[1, -1], [1, 0, -1]], [True, True])     # mean 0, std 1
+    A = criticsearch.critic_advantages([[1, -1], [1, 0, -1]], [True, True])     # mean 0, std 1
     assert approx(A[0] + A[1], [1, -1, 1, 0, -1], 1e-5)
-    A = baselines.critic_advantages([[1, 1], [-1, -1], [0, 0]], [True, True, False])
+    A = criticsearch.critic_advantages([[1, 1], [-1, -1], [0, 0]], [True, True, False])
     s = math.sqrt(4 / 3)
     assert approx(A[0] + A[1], [1 / s, 1 / s, -1 / s, -1 / s], 1e-5) and A[2] == [0.0, 0.0]   # dropped → neutral
-    assert baselines.critic_advantages([[1, 1], [1]], [True, True]) == [[0.0, 0.0], [0.0]]  # all equal
-    assert baselines.critic_advantages([[1]], [True]) == [[0.0]]                             # one turn
+    assert criticsearch.critic_advantages([[1, 1], [1]], [True, True]) == [[0.0, 0.0], [0.0]]  # all equal
+    assert criticsearch.critic_advantages([[1]], [True]) == [[0.0]]                             # one turn
 
 
 def test_criticsearch_credit(tmp_path):
@@ -247,7 +248,7 @@ def test_criticsearch_credit(tmp_path):
     c = cfg()
     adv = grpo_adv(groups, c)
     run = fake_run(c, tmp_path, StubJudge())
-    m = baselines.criticsearch(groups, adv, run)
+    m = criticsearch.credit(groups, adv, run)
     s = math.sqrt(4 / 3)
     assert approx(adv[0][0], [2 / 3 + 0.25 / s] * 2, 1e-5)
     assert approx(adv[0][1], [-1 / 3 - 0.25 / s] * 2, 1e-5)
@@ -257,29 +258,29 @@ def test_criticsearch_credit(tmp_path):
     assert run.agent.counter["tokens/judge"] == 9 and run.agent.counter["tokens/judge_prompt"] == 30
     assert "CriticSearch" in (tmp_path / "segments.md").read_text()
     # offline judges report 0 tokens: charged what an LLM critic would read and write (estimate)
-    pt, ct = baselines.critique_tokens(groups[0][0], CritiqueResult([1.0, -1.0], "valid", None, 0, 0))
+    pt, ct = criticsearch.critique_tokens(groups[0][0], CritiqueResult([1.0, -1.0], "valid", None, 0, 0))
     assert ct == 2 and pt > 20                                                 # "[1, -1]"; the prompt
 
 
 # --------------------------------------------------------------------------- grpo-matched
 def test_matched_counts():
-    assert baselines.matched_counts(4, 32, 3200, 0.25) == [2, 2, 2, 2]       # 800 tokens / 100 per episode
-    assert baselines.matched_counts(3, 24, 2400, 0.3) == [3, 2, 2]           # 7.2 → 7, dealt round-robin
-    assert baselines.matched_counts(3, 24, 2400, 0.25, matched_tokens=260) == [1, 1, 1]
-    assert baselines.matched_counts(2, 8, 0, 0.25) == [0, 0]
-    assert baselines.matched_counts(2, 8, 800, 0.0) == [0, 0]
+    assert grpo_matched.matched_counts(4, 32, 3200, 0.25) == [2, 2, 2, 2]       # 800 tokens / 100 per episode
+    assert grpo_matched.matched_counts(3, 24, 2400, 0.3) == [3, 2, 2]           # 7.2 → 7, dealt round-robin
+    assert grpo_matched.matched_counts(3, 24, 2400, 0.25, matched_tokens=260) == [1, 1, 1]
+    assert grpo_matched.matched_counts(2, 8, 0, 0.25) == [0, 0]
+    assert grpo_matched.matched_counts(2, 8, 800, 0.0) == [0, 0]
 
 
 def test_grpo_matched_credit(monkeypatch):
     groups = [[traj(["a", "b"], 1, 0), traj(["a", "c"], 0, 1)]]               # 8 tokens, 2 episodes
     fe = FakeEpisodes(lambda obs, k: True, length=2)
-    monkeypatch.setattr(baselines, "run_episodes", fe)
+    monkeypatch.setattr(grpo_matched, "run_episodes", fe)
     monkeypatch.setattr(rollout, "run_episodes", fe)   # continue_from's batch call
-    monkeypatch.setattr(baselines, "start_state",
+    monkeypatch.setattr(grpo_matched, "start_state",
                         lambda env, task: AgentState(None, f"start{task}", {"task": "t"}, (), 0))
     c = cfg(matched_extra=1.0)                                                # +100 % → 2 episodes
     adv = grpo_adv(groups, c)
-    m = baselines.grpo_matched(groups, adv, fake_run(c))
+    m = grpo_matched.credit(groups, adv, fake_run(c))
     assert fe.calls == [(2, "rollout")] and m["matched/extra_episodes"] == 2
     assert [t.traj_id for t in groups[0]] == [0, 1, 2, 3] and len(adv[0]) == 4
     assert approx([a[0] for a in adv[0]], [0.25, -0.75, 0.25, 0.25])        # R = [1, 0, 1, 1]
@@ -319,7 +320,7 @@ def test_real_continuations(tiny_run, method):
     groups = _mixed_groups(tiny_run)
     adv = grpo.trajectory_advantages(groups, False, 0.1)
     before = Counter(tiny_run.agent.counter)
-    m = baselines.METHODS[method](groups, adv, tiny_run)
+    m = methods.credit_fn(method)(groups, adv, tiny_run)
     spent = tiny_run.agent.counter["tokens/verify"] - before["tokens/verify"]
     assert m["spo/eligible"] == 1 and m["spo/continuations"] > 0 and spent > 0
     assert tiny_run.agent.counter["env_steps/verify"] > before["env_steps/verify"]
@@ -370,6 +371,6 @@ def test_baseline_sampling_seeds_differ_per_group():
     from rollout import Trajectory
     run = SimpleNamespace(cfg=SimpleNamespace(seed=0), step=3)
     grp = lambda gid: [Trajectory(0, gid, 0, "t", "x", [], False, 0.0)]
-    a, b = baselines._seed(run, 1, [grp(0), grp(2)]), baselines._seed(run, 1, [grp(1), grp(3)])
-    assert a != b and a == baselines._seed(run, 1, [grp(0), grp(2)])
-    assert a != baselines._seed(run, 2, [grp(0), grp(2)])
+    a, b = common.seed_for(run, 1, [grp(0), grp(2)]), common.seed_for(run, 1, [grp(1), grp(3)])
+    assert a != b and a == common.seed_for(run, 1, [grp(0), grp(2)])
+    assert a != common.seed_for(run, 2, [grp(0), grp(2)])

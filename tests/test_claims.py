@@ -1,5 +1,5 @@
 """Every number README.md and results/README.md quote about results, checked against the results
-file it comes from (issue #43, item 9): an edited or regenerated result cannot leave a stale
+file it comes from: an edited or regenerated result cannot leave a stale
 sentence behind.
 
 Each claim is (document, the text it quotes, where the figure lives): `cell(file, section, row,

@@ -22,7 +22,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from infra import chat  # noqa: E402
-from methods import critic  # noqa: E402
+from infra import jsonscan  # noqa: E402
+import tools as tool_defs  # noqa: E402  (what the judge sees)
+from methods import criticsearch  # noqa: E402
 import judge  # noqa: E402
 from sims import searchqa as S  # noqa: E402
 from rollout import Trajectory, Turn  # noqa: E402
@@ -121,7 +123,7 @@ def random_response(rng: random.Random, depth: int = 0):
 
 
 def _check_reply(text: str, tools: judge.GroupTools, run_tools: bool):
-    vals = judge.json_values(text)
+    vals = jsonscan.json_values(text)
     assert isinstance(vals, list) and all(isinstance(v, (dict, list)) for v in vals)
     obj, why = judge.find_proposal(text)
     assert (obj is None) != (why is None)
@@ -132,19 +134,19 @@ def _check_reply(text: str, tools: judge.GroupTools, run_tools: bool):
             assert 0 <= prop.start_turn <= prop.end_turn < 4 and prop.end_turn - prop.start_turn < 4
         else:
             assert err.split(":")[0] in REASON_KEYS, err
-    calls = judge.parse_text_tool_calls(text)
+    calls = jsonscan.parse_text_tool_calls(text)
     assert all(isinstance(c["name"], str) and isinstance(c["arguments"], str) for c in calls)
     if run_tools:
         for c in calls[:judge.MAX_CALLS_PER_ROUND]:
             out = tools.call(c["name"], c["arguments"])
-            assert isinstance(out, str) and len(out) <= judge.RESULT_CHARS + 40
-    labels, reason = critic.parse_labels(text, 4)
+            assert isinstance(out, str) and len(out) <= tool_defs.RESULT_CHARS + 40
+    labels, reason = criticsearch.parse_labels(text, 4)
     assert len(labels) == 4 and set(labels) <= {-1.0, 0.0, 1.0}
     assert reason is None or labels == [0.0] * 4
     v, err = chat.loads(text[:3000])
     assert (err is None) or (v is None and err.split(":")[0] in
                              {"invalid", "too_large", "too_deep", "huge_number"})
-    assert isinstance(judge.strip_tool_calls(text), str)
+    assert isinstance(jsonscan.strip_tool_calls(text), str)
 
 
 def test_fuzz_judge_and_critic_parsers():
@@ -164,12 +166,12 @@ def test_fuzz_judge_and_critic_parsers():
     for _ in range(500):                      # a tool call after noise
         call = {"name": "get_segment", "arguments": {"traj_id": 0, "start_turn": 0, "end_turn": 1}}
         text = tail_noise(rng, 30) + f"<tool_call>{json.dumps(call)}</tool_call>" + mild_noise(rng, 30)
-        calls = judge.parse_text_tool_calls(text)
+        calls = jsonscan.parse_text_tool_calls(text)
         assert calls[0]["name"] == "get_segment" and json.loads(calls[0]["arguments"])["end_turn"] == 1
     for _ in range(500):                      # a label list after noise
         want = [rng.choice([1, -1, 0]) for _ in range(4)]
         text = mild_noise(rng, 40) + "\n" + json.dumps(want) + "\n" + tail_noise(rng, 40)
-        assert critic.parse_labels(text, 4) == ([float(x) for x in want], None), text
+        assert criticsearch.parse_labels(text, 4) == ([float(x) for x in want], None), text
     for _ in range(2_000):                    # random endpoint responses
         reply = chat._openai_reply(random_response(rng), [{"role": "user", "content": "hi"}])
         assert isinstance(reply, chat.ChatReply) and isinstance(reply.content, str)

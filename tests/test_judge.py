@@ -18,7 +18,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pytest  # noqa: E402
 
-from methods import critic  # noqa: E402
+from methods import criticsearch  # noqa: E402
+from infra import jsonscan  # noqa: E402
+from infra import chat  # noqa: E402
+import tools as tool_defs  # noqa: E402  (what the judge sees)
+import rollout  # noqa: E402
 import judge  # noqa: E402
 from judge import GroupTools, make_judge, turn_error, validate_proposal  # noqa: E402
 from rollout import Trajectory, Turn  # noqa: E402
@@ -94,8 +98,8 @@ def test_search_finds_the_right_turn_in_failures_only():
 def test_search_bounds_and_bad_arguments():
     tools = GroupTools(pivot_group(), 1)
     hits = json.loads(tools.search_trajectory("drawer", 1000))["hits"]
-    assert len(hits) == judge.TOP_K_CAP
-    assert all(len(h["snippet"]) <= judge.SNIPPET_CHARS + 20 for h in hits)
+    assert len(hits) == tool_defs.TOP_K_CAP
+    assert all(len(h["snippet"]) <= tool_defs.SNIPPET_CHARS + 20 for h in hits)
     for bad in [("", 3, "all"), (None, 3, "all"), ("x" * 10_000, 3, "all"), ("door", 0, "all"),
                 ("door", "many", "all"), ("door", 3, "thoughts")]:
         out = tools.search_trajectory(*bad)
@@ -146,7 +150,7 @@ def test_json_inside_prose_and_fences():
     fenced = 'I think\n```json\n{"failure_mode": "y", "start_turn": 0, "end_turn": 0}\n```'
     assert judge.parse_proposal(fenced)["failure_mode"] == "y"
     assert judge.parse_proposal('<think>{"start_turn": 9}</think>no json here') is None
-    calls = judge.parse_text_tool_calls(
+    calls = jsonscan.parse_text_tool_calls(
         '<tool_call>{"name": "get_segment", "arguments": {"traj_id": 0, "start_turn": 1, '
         '"end_turn": 1}}</tool_call>')
     assert calls[0]["name"] == "get_segment" and json.loads(calls[0]["arguments"])["traj_id"] == 0
@@ -157,7 +161,7 @@ def test_json_inside_prose_and_fences():
 # ---------------------------------------------------------------------------------------------
 def test_builtin_judge_proposes_the_pivotal_turn():
     g = pivot_group()
-    res = make_judge("builtin").propose(g, judge.shortest_success(g))
+    res = make_judge("builtin").propose(g, rollout.shortest_success(g))
     assert res.status == "valid", res.reason
     p = res.proposal
     assert (p.traj_id, p.start_turn, p.end_turn) == (1, 2, 2)       # take key 1 from drawer 1
@@ -514,14 +518,14 @@ def test_openai_max_seconds_bounds_a_trickling_endpoint(endpoint):
     res = j.propose(pivot_group(), 1)
     assert res.status == "dropped" and res.reason_key == "timeout"
     assert time.monotonic() - t0 < 2.0
-    c = j.critique(pivot_group()[1], None)               # the critic has the same budget
+    c = critic_of(j).critique(pivot_group()[1], None)               # the critic has the same budget
     assert c.status == "dropped" and c.reason.startswith("timeout") and c.labels == [0.0] * 5
 
 
 def test_max_seconds_covers_a_chat_function_that_ignores_it():
     def slow_chat(messages, tools, deadline=None):
         time.sleep(0.3)
-        return judge.ChatReply(content=answer(2, 2), prompt_tokens=7, completion_tokens=3)
+        return chat.ChatReply(content=answer(2, 2), prompt_tokens=7, completion_tokens=3)
     res = judge.AgentJudge(slow_chat, max_seconds=0.1).propose(pivot_group(), 1)
     assert res.status == "dropped" and res.reason_key == "timeout" and res.prompt_tokens == 7
     assert judge.AgentJudge(slow_chat, max_seconds=None).propose(pivot_group(), 1).status == "valid"
@@ -543,13 +547,13 @@ DEEP = "[" * 1000 + "]" * 1000
 
 
 def test_deep_nesting_is_rejected_not_raised():
-    assert judge.json_values(DEEP) == [] and judge.json_values("{" * 1000 + "}" * 1000) == []
+    assert jsonscan.json_values(DEEP) == [] and jsonscan.json_values("{" * 1000 + "}" * 1000) == []
     obj, why = judge.find_proposal(f"answer: {DEEP}")
     assert obj is None and why.startswith("not_json") and "too_deep" in why
-    labels, why = critic.parse_labels(DEEP, 3)                  # the critic's parser too
+    labels, why = criticsearch.parse_labels(DEEP, 3)                  # the critic's parser too
     assert labels == [0.0] * 3 and why.startswith("not_json") and "too_deep" in why
     ok = "[" * 60 + "]" * 60                                   # below the limit: decoded
-    assert judge.json_values(ok) == [json.loads(ok)]
+    assert jsonscan.json_values(ok) == [json.loads(ok)]
     # after the deep one, a normal answer is still found
     assert judge.parse_proposal(DEEP + ' {"failure_mode": "m", "start_turn": 1, "end_turn": 1}') \
         == {"failure_mode": "m", "start_turn": 1, "end_turn": 1}
@@ -558,19 +562,19 @@ def test_deep_nesting_is_rejected_not_raised():
 def test_deep_nesting_in_tool_calls_and_arguments():
     tools = GroupTools(pivot_group(), 1)
     args = "[" * 999 + "]" * 999                               # 1,998 chars: under ARGS_CHARS
-    assert len(args) <= judge.ARGS_CHARS
+    assert len(args) <= tool_defs.ARGS_CHARS
     out = tools.call("get_segment", args)
     assert out.startswith("error: arguments are not valid JSON (too_deep")
-    calls = judge.parse_text_tool_calls(f"<tool_call>{DEEP}</tool_call>")
+    calls = jsonscan.parse_text_tool_calls(f"<tool_call>{DEEP}</tool_call>")
     assert calls[0]["name"] == "<unparseable>" and "too_deep" in calls[0]["arguments"]
     assert tools.call(calls[0]["name"], calls[0]["arguments"]).startswith("error:")
     nested_args = '<tool_call>{"name": "get_segment", "arguments": ' + DEEP + "}</tool_call>"
-    assert judge.parse_text_tool_calls(nested_args)[0]["name"] == "<unparseable>"
+    assert jsonscan.parse_text_tool_calls(nested_args)[0]["name"] == "<unparseable>"
 
 
 def test_huge_integers_are_rejected_not_raised():
     big = "9" * 5000
-    assert judge.json_values(f"[{big}]") == [] and judge.json_values(f"[-{big}.5e3]") == []
+    assert jsonscan.json_values(f"[{big}]") == [] and jsonscan.json_values(f"[-{big}.5e3]") == []
     assert judge._as_int(big) is None and judge._as_int(10 ** 30) is None and judge._as_int(1e300) is None
     assert judge._as_int(" 12 ") == 12 and judge._as_int(3.0) == 3
     text = f'{{"failure_mode": "m", "start_turn": {big}, "end_turn": 1}}'
@@ -579,14 +583,14 @@ def test_huge_integers_are_rejected_not_raised():
     prop, err = validate_proposal({"failure_mode": "m", "start_turn": big, "end_turn": 1},
                                   pivot_group(), 1)
     assert prop is None and err.startswith("schema") and len(err) < 300
-    assert critic.parse_labels(f"[{big}, 1, 1]", 3)[1].startswith("not_json")
+    assert criticsearch.parse_labels(f"[{big}, 1, 1]", 3)[1].startswith("not_json")
     assert GroupTools(pivot_group(), 1).call(
         "get_segment", f'{{"traj_id": {"9" * 1900}, "start_turn": 0, "end_turn": 0}}').startswith("error:")
 
 
 def test_non_finite_numbers_are_not_numbers():
-    assert judge.json_values("[NaN, Infinity, -Infinity, 1e999, 2]") == [[None, None, None, None, 2]]
-    labels, why = critic.parse_labels("[1, NaN, -1]", 3)
+    assert jsonscan.json_values("[NaN, Infinity, -Infinity, 1e999, 2]") == [[None, None, None, None, 2]]
+    labels, why = criticsearch.parse_labels("[1, NaN, -1]", 3)
     assert labels == [0.0] * 3 and why.startswith("bad_labels")
 
 
@@ -606,10 +610,10 @@ def test_parsers_are_linear_on_hostile_text(text):
         gc.disable()
         try:
             t0 = time.monotonic()
-            judge.json_values(t)
+            jsonscan.json_values(t)
             judge.parse_proposal(t)
-            judge.parse_text_tool_calls(t)
-            critic.parse_labels(t, 4)
+            jsonscan.parse_text_tool_calls(t)
+            criticsearch.parse_labels(t, 4)
             return time.monotonic() - t0
         finally:
             gc.enable()
@@ -622,11 +626,11 @@ def test_parsers_are_linear_on_hostile_text(text):
 def test_output_schema_and_validator_agree():
     # the paper's output is a failure mode and a segment (ℓ, r); rationale is optional
     g, full = pivot_group(), {"failure_mode": "m", "start_turn": 2, "end_turn": 2, "rationale": "r"}
-    assert judge.OUTPUT_SCHEMA["required"] == ["failure_mode", "start_turn", "end_turn"]
+    assert tool_defs.OUTPUT_SCHEMA["required"] == ["failure_mode", "start_turn", "end_turn"]
     for k in full:
         obj = {key: v for key, v in full.items() if key != k}
         prop, err = validate_proposal(obj, g, 1)
-        assert (prop is None) == (k in judge.OUTPUT_SCHEMA["required"]), (k, err)
+        assert (prop is None) == (k in tool_defs.OUTPUT_SCHEMA["required"]), (k, err)
     assert validate_proposal({**full, "rationale": 5}, g, 1)[1].startswith("schema: rationale")
     assert "(optional)" in judge._repair_message("x")
 
@@ -634,13 +638,18 @@ def test_output_schema_and_validator_agree():
 # ---------------------------------------------------------------------------------------------
 # CriticSearch critique
 # ---------------------------------------------------------------------------------------------
+def critic_of(j):
+    """CriticSearch's critic on the same chat client and budget as judge j."""
+    return criticsearch.AgentCritic(j.chat, max_seconds=j.max_seconds)
+
+
 def test_builtin_critique_labels():
     g = pivot_group()
-    c = make_judge("builtin").critique(g[1], None, group=g)
+    c = criticsearch.make_critic("builtin").critique(g[1], None, group=g)
     assert c.labels == [0.0, 0.0, 1.0, 0.0, 1.0]        # take key, unlock: no failure does them
-    c = make_judge("builtin").critique(g[0], None, group=g)
+    c = criticsearch.make_critic("builtin").critique(g[0], None, group=g)
     assert c.labels == [0.0, 0.0, -1.0, 0.0, -1.0, -1.0]  # close drawer; open door x2 (no-ops)
-    assert make_judge("builtin").critique(g[3]).labels[:3] == [-1.0, 0.0, -1.0]
+    assert criticsearch.make_critic("builtin").critique(g[3]).labels[:3] == [-1.0, 0.0, -1.0]
 
 
 def test_openai_critique(endpoint):
@@ -649,12 +658,12 @@ def test_openai_critique(endpoint):
                           {"content": "The agent did well overall."},
                           {"content": "[1, -1]"},
                           {"status": 500}, {"status": 500}])
-    c = j.critique(g[1], "door opened")
+    c = critic_of(j).critique(g[1], "door opened")
     assert c.status == "valid" and c.labels == [1.0, 1.0, 1.0, 0.0, 1.0] and c.prompt_tokens == 100
     assert "Gold answer: door opened" in script.requests[0]["messages"][1]["content"]
     assert "tools" not in script.requests[0]
     for key in ("not_json", "wrong_length", "http 500"):
-        c = j.critique(g[1], None)
+        c = critic_of(j).critique(g[1], None)
         assert c.status == "dropped" and c.labels == [0.0] * 5 and c.reason.startswith(key)
 
 
@@ -675,7 +684,7 @@ def tiny_hf(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
     g = pivot_group()
-    text = judge.build_system_prompt(g, 1) + judge.USER_KICKOFF + ' {"failure_mode": 1}'
+    text = tool_defs.build_system_prompt(g, 1) + judge.USER_KICKOFF + ' {"failure_mode": 1}'
     words = sorted({w for w, _ in pre_tokenizers.Whitespace().pre_tokenize_str(text)})
     special = ["[UNK]", "[PAD]", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
     vocab = {w: i for i, w in enumerate(special + words)}
@@ -713,10 +722,10 @@ def test_hf_tiny_random_model_survives(tmp_path):
         {"id": "c0", "type": "function", "function": {"name": "get_segment",
                                                        "arguments": '{"traj_id": 0}'}}]},
             {"role": "tool", "tool_call_id": "c0", "content": "error: x"}]
-    rendered = j.chat._render(msgs, judge.TOOLS)
+    rendered = j.chat._render(msgs, tool_defs.TOOLS)
     assert '<tool_call>{"arguments": {"traj_id": 0}, "name": "get_segment"}</tool_call>' in rendered \
         or '<tool_call>{"name": "get_segment", "arguments": {"traj_id": 0}}</tool_call>' in rendered
-    c = j.critique(g[1], None)
+    c = critic_of(j).critique(g[1], None)
     assert len(c.labels) == 5 and (c.status == "valid" or c.labels == [0.0] * 5)
     late = j.chat(msgs, None, deadline=time.monotonic() - 1.0)    # budget spent: no generate
     assert late.error.startswith("timeout") and late.completion_tokens == 0

@@ -13,6 +13,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import methods  # noqa: E402
 import envs  # noqa: E402
 import grpo  # noqa: E402
 from sims import keydoor  # noqa: E402
@@ -277,7 +278,7 @@ def test_ladder_arms_run_on_keydoor(warm, tmp_path):
     outs = {}
     for name in ladder.METHODS:
         adv = [[list(r) for r in g] for g in base]
-        outs[name] = (train.METHODS[name](groups, adv, run), adv)
+        outs[name] = (methods.credit_fn(name)(groups, adv, run), adv)
     a_star = ladder.make_oracle(run).advantages(groups)
     orc = ladder.make_oracle(run)
     for g, group in enumerate(groups):
@@ -310,7 +311,7 @@ def test_exact_credit_keeps_the_update_s_format_penalty_on_malformed_turns(warm,
     run = train.Run(cfg, agent, agent.spec, kw, [], None, str(tmp_path))
     base = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
     adv = [[list(r) for r in g] for g in base]
-    train.METHODS["oracle"](groups, adv, run)
+    methods.credit_fn("oracle")(groups, adv, run)
     from lab import ladder
     a_star = ladder.make_oracle(run).advantages(groups)
     bad = good = 0
@@ -339,7 +340,7 @@ def test_prover_plus_exact_credits_the_exact_value_gain_of_the_judged_segment(wa
     run = train.Run(cfg, agent, agent.spec, kw, [], None, str(tmp_path))
     run.records = []
     adv = [[list(r) for r in g] for g in base]
-    train.METHODS["prover-plus-exact"](groups, adv, run)
+    methods.credit_fn("prover-plus-exact")(groups, adv, run)
     orc = ladder.make_oracle(run)
     verified = [r for r in run.records if "delta" in r]
     assert verified, "no group was judged and verified: pick tasks with mixed groups"

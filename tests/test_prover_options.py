@@ -1,4 +1,4 @@
-"""ProVer's issue-#22 options (prover.py / verify.py / judge.py), each against values worked out by hand.
+"""ProVer's options beyond the paper (prover.py / verify.py / judge.py), each against values worked out by hand.
 
     python -m pytest -q tests/test_prover_options.py
 
@@ -18,6 +18,10 @@ from collections import Counter
 
 import pytest
 
+import methods  # noqa: E402
+from infra import chat  # noqa: E402
+import tools as tool_defs  # noqa: E402  (what the judge sees)
+from methods import prover_options  # noqa: E402
 import config
 import envs
 import grpo
@@ -116,7 +120,7 @@ def run_credit(tmp_path, monkeypatch, out, jd=None, history_len=1, group=None, p
     adv = grpo.trajectory_advantages(groups)
     base = [[list(t) for t in g] for g in adv]
     run = make_run(tmp_path, cfg, jd or FixedJudge(), history_len)
-    st = prover.credit_plus(groups, adv, run) if plus else prover.credit(groups, adv, run)
+    st = prover_options.plus_credit(groups, adv, run) if plus else prover_options.prover_credit(groups, adv, run)
     return groups, base, adv, st, run
 
 
@@ -159,10 +163,10 @@ def test_default_flags_no_credit_when_not_positive(tmp_path, monkeypatch):
 
 
 def test_options_on_detects_every_non_default():
-    assert not prover.options_on(config.Config())
+    assert not prover_options.options_on(config.Config())
     for kw in [dict(credit_test="se"), dict(credit_scope="matched"), dict(negative_credit=True), dict(focus=0.5),
                dict(verify_crn=True), dict(verify_k_max=16), dict(judge_success="judge")]:
-        assert prover.options_on(config.Config(**kw)), kw
+        assert prover_options.options_on(config.Config(**kw)), kw
 
 
 def test_judge_max_judges_a_seeded_draw_of_the_eligible_groups(tmp_path, monkeypatch):
@@ -179,17 +183,17 @@ def test_judge_max_judges_a_seeded_draw_of_the_eligible_groups(tmp_path, monkeyp
     run = make_run(tmp_path, cfg, jd)
     adv = grpo.trajectory_advantages(groups)
     base = [[list(t) for t in g] for g in adv]
-    st = prover.credit(groups, adv, run)
+    st = prover_options.prover_credit(groups, adv, run)
     assert (st["prover/eligible"], st["prover/proposals"], st["prover/unjudged"], st["prover/credited"]) == (5, 2, 3, 2)
-    chosen = prover.judged_groups(groups, cfg, run.step)
+    chosen = prover_options.judged_groups(groups, cfg, run.step)
     assert len(chosen) == 2 and chosen <= set(range(5))
     assert {g for g in range(6) if adv[g] != base[g]} == chosen            # only the judged groups change
-    assert prover.judged_groups(groups, cfg, run.step) == chosen           # same (seed, update): same draw
-    counts = Counter(g for step in range(500) for g in prover.judged_groups(groups, cfg, step))
+    assert prover_options.judged_groups(groups, cfg, run.step) == chosen           # same (seed, update): same draw
+    counts = Counter(g for step in range(500) for g in prover_options.judged_groups(groups, cfg, step))
     assert set(counts) == set(range(5)) and all(150 < c < 250 for c in counts.values())   # 2/5 of 500 each
     # 0 (the default) and a budget at least the eligible count judge every eligible group
     for k in (0, 5, 9):
-        assert prover.judged_groups(groups, config.Config(judge_max=k), 1) == set(range(5))
+        assert prover_options.judged_groups(groups, config.Config(judge_max=k), 1) == set(range(5))
     with pytest.raises(ValueError, match="--judge-max -1"):
         config.validate(config.Config(judge_max=-1))
 
@@ -218,7 +222,7 @@ def test_credit_decision_formulas():
     for test, (d, se), want in [("positive", (0.3, 0.5), (True, 0.6)), ("positive", (0.05, 0.0), (False, 0.1)),
                                 ("se", (0.3, 0.2), (True, 0.6)), ("se", (0.3, 0.3), (False, 0.6)),
                                 ("shrink", (0.3, 0.2), (True, 0.2)), ("shrink", (0.08, 0.0), (False, 0.16))]:
-        ok, b = prover.credit_decision(d, se, config.Config(**{**cfg.__dict__, "credit_test": test}))
+        ok, b = prover_options.credit_decision(d, se, config.Config(**{**cfg.__dict__, "credit_test": test}))
         assert ok == want[0] and b == pytest.approx(want[1]), (test, d, se)
 
 
@@ -228,8 +232,8 @@ def test_a_rounding_level_lower_bound_credits_nothing():
     cfg = config.Config(lam=1.0, margin=0.0, credit_z=1.0)
     for test in ("se", "shrink"):
         c = config.Config(**{**cfg.__dict__, "credit_test": test})
-        assert prover.credit_decision(3e-17, 1e-17, c)[0] is False
-        assert prover.credit_decision(0.3, 0.2, c)[0] is True
+        assert prover_options.credit_decision(3e-17, 1e-17, c)[0] is False
+        assert prover_options.credit_decision(0.3, 0.2, c)[0] is True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,10 +243,10 @@ def test_view_key_from_states_equals_rebuilt_history():
     with_s, without = hand_group(True), hand_group(False)
     for H in (0, 1, 2, 4):
         for a, b in zip(with_s, without):
-            assert [prover.view_key(a, t, H) for t in range(len(a.turns))] == \
-                [prover.view_key(b, t, H) for t in range(len(b.turns))]
-    assert prover.view_key(with_s[3], 2, 1) == (B, tuple(ADM[B]), ((A, "go east"),))
-    assert prover.view_key(with_s[3], 2, 0) == (B, tuple(ADM[B]), ())
+            assert [prover_options.view_key(a, t, H) for t in range(len(a.turns))] == \
+                [prover_options.view_key(b, t, H) for t in range(len(b.turns))]
+    assert prover_options.view_key(with_s[3], 2, 1) == (B, tuple(ADM[B]), ((A, "go east"),))
+    assert prover_options.view_key(with_s[3], 2, 0) == (B, tuple(ADM[B]), ())
 
 
 @pytest.mark.parametrize("H,matched", [(1, {(0, 1), (2, 1), (3, 2)}),     # S3 reached B after a wait: H=1 hides it
@@ -332,11 +336,11 @@ def test_negative_credit_skips_a_terminal_alternative(tmp_path, monkeypatch):
 
 def test_alternatives_at_matches_the_prompt_view():
     g = hand_group()
-    assert prover.alternatives_at(g, 0, 1, 1) == {"go east": [(1, 1)], "wait": [(4, 1)]}
-    assert prover.alternatives_at(g, 0, 0, 1) == {}         # every failure went east from A too
-    assert prover.alternatives_at(g, 3, 0, 1) == {"go east": [(1, 0), (2, 0), (4, 0)]}
+    assert prover_options.alternatives_at(g, 0, 1, 1) == {"go east": [(1, 1)], "wait": [(4, 1)]}
+    assert prover_options.alternatives_at(g, 0, 0, 1) == {}         # every failure went east from A too
+    assert prover_options.alternatives_at(g, 3, 0, 1) == {"go east": [(1, 0), (2, 0), (4, 0)]}
     g[4].turns[1].valid = False                        # F4's `wait` at the key was a malformed reply
-    assert prover.alternatives_at(g, 0, 1, 1) == {"go east": [(1, 1)]}
+    assert prover_options.alternatives_at(g, 0, 1, 1) == {"go east": [(1, 1)]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,7 +367,7 @@ def test_random_judge_chooses_uniformly_among_successes():
 
 
 def _answer(**kw):
-    return judge.ChatReply(content=__import__("json").dumps({"failure_mode": "m", **kw}),
+    return chat.ChatReply(content=__import__("json").dumps({"failure_mode": "m", **kw}),
                            prompt_tokens=10, completion_tokens=4)
 
 
@@ -380,10 +384,10 @@ def test_agent_judge_success_id_choice_repair_and_fallback():
         return chat
 
     # the paper's prompt does not mention success_id; the choosing one does, with every success previewed
-    assert "success_id" not in judge.build_system_prompt(g, 0)
-    sysp = judge.build_system_prompt(g, 0, choose=True)
+    assert "success_id" not in tool_defs.build_system_prompt(g, 0)
+    sysp = tool_defs.build_system_prompt(g, 0, choose=True)
     assert '"success_id"' in sysp and "trajectory 5 SUCCEEDED" in sysp and "trajectory 3 SUCCEEDED" in sysp
-    assert "success_id" in judge.OUTPUT_SCHEMA["properties"] and "success_id" not in judge.OUTPUT_SCHEMA["required"]
+    assert "success_id" in tool_defs.OUTPUT_SCHEMA["properties"] and "success_id" not in tool_defs.OUTPUT_SCHEMA["required"]
     ok = judge.AgentJudge(chat_of([_answer(start_turn=0, end_turn=0, success_id=5)])).propose(g, 0, True)
     assert ok.status == "valid" and ok.success_id == 5 and ok.proposal.traj_id == 5 and ok.success_note is None
     # omitted: the default success
@@ -453,9 +457,9 @@ def test_prover_plus_is_registered_and_overrides(tmp_path, monkeypatch):
     import train
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "bench"))
     import compare
-    assert train.METHODS["prover-plus"] is prover.credit_plus and "prover-plus" in config.CHOICES["method"]
+    assert methods.credit_fn("prover-plus") is prover_options.plus_credit and "prover-plus" in config.CHOICES["method"]
     assert compare.METHOD_ARGS["prover-plus"] == ["--method", "prover-plus"]
-    assert prover.PLUS == {"max_success": prover.ALL_MIXED, "judge_success": "judge", "credit_scope": "matched"}
+    assert prover_options.PLUS == {"max_success": prover_options.ALL_MIXED, "judge_success": "judge", "credit_scope": "matched"}
     # the user's flags for PLUS's three are overridden (max 1 success would make this 2-of-5 group
     # ineligible); the run's config object is left alone; the other options keep the paper's values
     jd = FixedJudge(start=2, end=2, pick=3)                           # the judge names S3, turn 2 `take key`
@@ -613,7 +617,7 @@ def test_adaptive_k_rounds_and_their_cost(kd):
         d = [b - a for a, b in zip(v.pre, v.post)]
         assert v.k == 2 * v.rounds and (v.k == 16 or verify.clears(abs(v.delta), v.se, 1.0))
         if v.k < 16 and v.delta > 0:
-            assert prover.credit_decision(v.delta, v.se, se_test)[0]
+            assert prover_options.credit_decision(v.delta, v.se, se_test)[0]
         for r in range(2, v.k, 2):                 # no earlier round had cleared
             e = verify.compare(v.pre[:r], v.post[:r], paired=True)
             assert not verify.clears(abs(e.delta), e.se, 1.0)
@@ -646,7 +650,7 @@ def test_negative_credit_end_to_end_on_keydoor(kd, tmp_path):
         base = [[list(t) for t in g] for g in adv]
         run = Run(cfg, agent, spec, {}, list(p), judge.make_judge("builtin"), str(tmp_path), step=1)
         c0 = agent.counter["tokens/verify"]
-        st = prover.credit([grp], adv, run)
+        st = prover_options.prover_credit([grp], adv, run)
         return base, adv, st, run, agent.counter["tokens/verify"] - c0
     base0, adv0, st0, run0, tok_off = go()
     base, adv, st, run, tok_on = go(negative_credit=True)
@@ -674,10 +678,10 @@ def test_prover_plus_end_to_end_on_keydoor(kd, tmp_path):
     grp = _eligible_group(agent, p, 50, min_success=2)
     adv = grpo.trajectory_advantages([grp])
     base = [[list(t) for t in g] for g in adv]
-    run = Run(config.Config(env="keydoor", method="prover-plus", verify_k=8), agent, spec, {}, list(p), None,
-              str(tmp_path), step=1)
-    st = prover.credit_plus([grp], adv, run)                         # no judge given: the builtin is made
-    assert run.judge is not None and st["prover/proposals"] == 1
+    run = Run(config.Config(env="keydoor", method="prover-plus", verify_k=8), agent, spec, {}, list(p),
+              judge.make_judge("builtin"), str(tmp_path), step=1)
+    st = prover_options.plus_credit([grp], adv, run)
+    assert st["prover/proposals"] == 1
     rec = run.records[0]
     assert not rec.get("paired") and rec["test"] == "positive"
     assert len(rec["matched"]) == sum(tr.won for tr in grp) and st["prover/matched_trajs"] == len(rec["matched"]) - 1

@@ -1,4 +1,4 @@
-"""Process and checkpoint reliability (issue #24): what happens when a run is killed, or started twice.
+"""Process and checkpoint reliability: what happens when a run is killed, or started twice.
 
     python -m pytest -q tests/test_reliability.py
 
@@ -20,6 +20,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from conftest import TINY, train_run  # noqa: E402  (tests/conftest.py)
+import config  # noqa: E402
 
 ENV = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONUNBUFFERED="1")
 # a long run (it is killed long before its end) that checkpoints at the default interval (auto:
@@ -189,14 +190,14 @@ def test_lock_is_exclusive_inherited_by_workers_and_released(tmp_path):
 # ---------------------------------------------------------------------------------------------
 def test_checkpoint_every_defaults_to_auto():
     import train
-    cfg = train.parse_args([])
+    cfg = config.parse_args([])
     assert cfg.checkpoint_every == 0 and train.checkpoint_interval(cfg) == 1     # tiny: every update
-    assert train.checkpoint_interval(train.parse_args(["--model", "some/model"])) == 10
-    assert train.checkpoint_interval(train.parse_args(["--checkpoint-every", "3"])) == 3
-    train.validate(cfg)                                                          # 0 is allowed
+    assert train.checkpoint_interval(config.parse_args(["--model", "some/model"])) == 10
+    assert train.checkpoint_interval(config.parse_args(["--checkpoint-every", "3"])) == 3
+    config.validate(cfg)                                                          # 0 is allowed
     with pytest.raises(ValueError, match="--checkpoint-every -1"):
-        train.validate(train.parse_args(["--checkpoint-every", "-1"]))
-    assert "0 = auto: every update for the tiny policy" in __import__('config').field_docs(train.Config)["checkpoint_every"]
+        config.validate(config.parse_args(["--checkpoint-every", "-1"]))
+    assert "0 = auto: every update for the tiny policy" in config.field_docs(train.Config)["checkpoint_every"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""records.jsonl and report.html (issue #25): what the credit step saw and did, and the page that shows it.
+"""records.jsonl and report.html: what the credit step saw and did, and the page that shows it.
 
     python -m pytest -q tests/test_report.py
 
@@ -124,7 +124,7 @@ def test_torn_record_is_skipped_and_resume_drops_records_past_the_checkpoint(run
 
 
 def test_retried_credit_keeps_each_groups_own_records(tmp_path, monkeypatch):
-    """train.credit's group-by-group retry: a method's entries say group 0 of its one-group batch;
+    """infra/guard.py's group-by-group retry: a method's entries say group 0 of its one-group batch;
     they are renumbered to the batch's group, a failed group's entries are removed, and the failed
     whole-batch attempt leaves none."""
     from collections import Counter
@@ -138,11 +138,10 @@ def test_retried_credit_keeps_each_groups_own_records(tmp_path, monkeypatch):
             if grp[0].group_id == 1:
                 raise RuntimeError("bad group")
         return {}
-    monkeypatch.setitem(train.METHODS, "rec", method)
     groups = [[SimpleNamespace(group_id=k)] for k in range(3)]
-    run = train.Run(train.Config(method="rec"), SimpleNamespace(counter=Counter()), None, {}, [], None, str(tmp_path))
-    tr = SimpleNamespace(cfg=train.Config(method="rec"), run=run)
-    train.credit(tr, groups, [[[0.0]] for _ in range(3)], 1, lambda *_: None)
+    from infra.guard import guarded_credit
+    run = train.Run(train.Config(method="grpo"), SimpleNamespace(counter=Counter()), None, {}, [], None, str(tmp_path))
+    guarded_credit(method, run, groups, [[[0.0]] for _ in range(3)], 1, lambda *_: None, strict=False)
     assert [p[0] for p in run.proposals] == [0, 2]
     assert run.records == [{"g": 0, "gid": 0}, {"g": 2, "gid": 2}]
 

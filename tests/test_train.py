@@ -17,6 +17,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from conftest import TINY, train_run as run  # noqa: E402  (tests/conftest.py)
+import config  # noqa: E402
+import methods  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -114,22 +116,22 @@ def test_spo_boundaries_fall_inside_every_envs_episodes():
     import envs
     import train
     for name in envs.ENVS:
-        cfg = train.parse_args(["--env", name])
+        cfg = config.parse_args(["--env", name])
         limit = envs.get_spec(name).make(split="train", seed=0).max_steps
         depths = [int(d) for d in cfg.spo_tree_depths.split(",")]
         half = (limit + 1) // 2                 # turns 0 .. half-1; a cut at b needs b < half
         assert cfg.spo_interval < half and min(depths) < half, (name, limit, cfg.spo_interval, depths)
-    assert train.parse_args(["--env", "searchqa", "--spo-interval", "3"]).spo_interval == 3
+    assert config.parse_args(["--env", "searchqa", "--spo-interval", "3"]).spo_interval == 3
 
 
 def test_per_benchmark_defaults_yield_to_explicit_flags():
     sys.path.insert(0, ROOT)
     import train
-    ws = train.parse_args(["--env", "webshop"])
-    assert (ws.history_len, ws.reward) == (train.ENV_DEFAULTS["webshop"]["history_len"], "score")
-    mine = train.parse_args(["--env", "webshop", "--history-len", "3", "--reward", "success"])
+    ws = config.parse_args(["--env", "webshop"])
+    assert (ws.history_len, ws.reward) == (config.ENV_DEFAULTS["webshop"]["history_len"], "score")
+    mine = config.parse_args(["--env", "webshop", "--history-len", "3", "--reward", "success"])
     assert (mine.history_len, mine.reward) == (3, "success")
-    al = train.parse_args([])
+    al = config.parse_args([])
     assert (al.history_len, al.reward) == (train.Config.history_len, "success")
 
 
@@ -139,13 +141,13 @@ def test_flag_choices_match_what_the_modules_provide():
     sys.path.insert(0, ROOT)
     import envs, judge, train
     from sims import household
-    assert sorted(train.CHOICES["env"]) == sorted(envs.ENVS)
-    assert tuple(train.CHOICES["preset"]) == household.PRESETS
-    assert tuple(train.CHOICES["bc_expert"]) == household.EXPERTS
-    assert sorted(train.CHOICES["judge"]) == sorted(judge.JUDGES)
-    assert sorted(train.CHOICES["method"]) == sorted(train.METHODS)
+    assert sorted(config.CHOICES["env"]) == sorted(envs.ENVS)
+    assert tuple(config.CHOICES["preset"]) == household.PRESETS
+    assert tuple(config.CHOICES["bc_expert"]) == household.EXPERTS
+    assert sorted(config.CHOICES["judge"]) == sorted(judge.JUDGES)
+    assert list(config.CHOICES["method"]) == list(methods.METHODS)
     import grpo
-    assert tuple(train.CHOICES["loss_agg"]) == grpo.LOSS_AGGS
+    assert tuple(config.CHOICES["loss_agg"]) == grpo.LOSS_AGGS
 
 
 def test_missing_model_path_one_line_error(tmp_path, cache):

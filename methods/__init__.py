@@ -1,0 +1,81 @@
+"""Credit methods beyond the paper's ProVer, and the one registry of every `--method`.
+
+Every method is `credit(groups, adv, run) -> metrics`: adv[g][i][t] holds GRPO's per-turn
+advantage of turn t of trajectory i of group g and is changed in place (a method may append
+rollouts to a group, as grpo-matched does); `run` is train.Run (config, agent, spare envs, judge).
+
+`METHODS` is the only list of method names: `--help`, config validation, the judge's set-up and
+README's method table all read it. A credit function is named as "module:function" and imported
+when a run starts, so `train.py --help` needs no torch.
+
+    grpo          GRPO alone (the credit step adds nothing)
+    prover        prover.py (with methods/prover_options.py when an option flag is set)
+    prover-plus   methods/prover_options.py
+    grpo-matched  methods/grpo_matched.py        gigpo         methods/gigpo.py
+    spo-chain     methods/spo.py                 spo-tree      methods/spo.py
+    criticsearch  methods/criticsearch.py
+    oracle-rb, oracle-add, oracle, prover-exact, prover-plus-exact   lab/ladder.py (keydoor only)
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Method:
+    credit: str | None        # "module:function", None = GRPO's advantages unchanged
+    doc: str                  # one line, for --help and README's table
+    judge: str = ""           # "judge": ProVer's judge (judge.make_judge) | "critic": CriticSearch's | ""
+    lab: bool = False         # needs the env's truth: --env keydoor only (the credit lab)
+    segments: str = ""        # "module:HEADER" of the run's segments.md ("" = no such file)
+    credit_kind: str = ""     # the lab's credit precision: "added" (A − A^GRPO is the credit) |
+                              # "final" (A itself: the method replaces GRPO) | "" (no per-turn credit)
+
+
+PROVER_SEGMENTS = "prover:SEGMENTS_HEADER"
+METHODS: dict[str, Method] = {
+    "prover": Method("methods.prover_options:prover_credit",
+                     "GRPO + λ·Δ̂ on a judge-proposed, verified segment (the paper; option flags in methods/prover_options.py)",
+                     judge="judge", segments=PROVER_SEGMENTS, credit_kind="added"),
+    "prover-plus": Method("methods.prover_options:plus_credit",
+                          "ProVer beyond the paper: every mixed group eligible, the judge names the success, the bonus "
+                          "goes to every rollout that took the segment's actions from the same prompt-visible states",
+                          judge="judge", segments=PROVER_SEGMENTS, credit_kind="added"),
+    "grpo": Method(None, "group-relative trajectory advantage on every action token"),
+    "grpo-matched": Method("methods.grpo_matched:credit", "GRPO with extra rollouts (ProVer's token budget)"),
+    "gigpo": Method("methods.gigpo:credit", "GiGPO: episode advantage + ω × step advantage within groups of turns "
+                                            "with the same observation", credit_kind="added"),
+    "spo-chain": Method("methods.spo:chain_credit", "SPO-chain: Monte-Carlo values every k turns from restored "
+                                                    "states; A = V(b_j) − V(b_{j−1})", credit_kind="final"),
+    "spo-tree": Method("methods.spo:tree_credit", "SPO-tree: rollouts branch at fixed depths; every edge gets "
+                                                  "V(child) − V(parent)", credit_kind="final"),
+    "criticsearch": Method("methods.criticsearch:credit", "CriticSearch: a critic labels each turn +1/0/−1 in "
+                                                          "hindsight; A += α × normalised label",
+                           judge="critic", segments="methods.criticsearch:CRITIC_HEADER", credit_kind="added"),
+    "oracle-rb": Method("lab.ladder:oracle_rb", "GRPO on E[R | decisions] (the door's draw removed)", lab=True),
+    "oracle-add": Method("lab.ladder:oracle_add", "GRPO + λ·A*, the exact advantage on every turn", lab=True, credit_kind="added"),
+    "oracle": Method("lab.ladder:oracle_alone", "the exact advantage A* = Q^π − V^π alone (perfect credit)", lab=True, credit_kind="final"),
+    "prover-exact": Method("lab.ladder:prover_exact", "ProVer with the exact ΔV instead of Δ̂", judge="judge",
+                           lab=True, segments=PROVER_SEGMENTS, credit_kind="added"),
+    "prover-plus-exact": Method("lab.ladder:prover_plus_exact", "prover-plus with the exact ΔV instead of Δ̂",
+                                judge="judge", lab=True, segments=PROVER_SEGMENTS, credit_kind="added"),
+}
+
+
+def _load(ref: str):
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def credit_fn(name: str) -> Callable:
+    """The method's credit function, imported now."""
+    ref = METHODS[name].credit
+    return _load(ref) if ref else (lambda groups, adv, run: {})
+
+
+def segments_header(name: str) -> str | None:
+    """The header of the method's segments.md, or None when it writes none."""
+    ref = METHODS[name].segments
+    return _load(ref) if ref else None
