@@ -1,8 +1,8 @@
 """report.py — one self-contained HTML page per run (or per comparison): see the credit.
 
-    python report.py runs/keydoor-prover-s0                 # writes runs/keydoor-prover-s0/report.html
-    python report.py --open runs/keydoor-prover-s0          # ... and opens it in the browser
-    python report.py runs/keydoor-grpo-s0 runs/keydoor-prover-s0    # several runs: one tab each,
+    python -m infra.report runs/keydoor-prover-s0           # writes runs/keydoor-prover-s0/report.html
+    python -m infra.report --open runs/keydoor-prover-s0    # ... and opens it in the browser
+    python -m infra.report runs/keydoor-grpo-s0 runs/keydoor-prover-s0   # several runs: one tab each,
                                                             # <their common parent>/report.html (-o to choose)
 
 train.py rewrites `<out>/report.html` after each evaluation and at the end (next to curves.png).
@@ -12,7 +12,7 @@ What the page holds, per run (a tab each when there are several, plus overlaid h
       SVG drawn here (no plotting library, no image files);
     * the config (config.json), folded;
     * a per-update table from metrics.jsonl: outcomes, tokens, the method's own counters, lab/*;
-    * the group view, from records.jsonl (records.py): a recorded group's G trajectories side by
+    * the group view, from records.jsonl (infra/records.py): a recorded group's G trajectories side by
       side, one row per turn (action, observation, validity, ground-truth pivotal turns in the
       credit lab), ProVer's judged segment highlighted with its Δ̂ ± SE and the outcomes of the
       continuations from before and after it, and per trajectory a heat strip of the per-turn
@@ -20,7 +20,7 @@ What the page holds, per run (a tab each when there are several, plus overlaid h
       but not credited, dropped with its reason, eligible, ...) and task type.
 `report.html#groups` shows only the group views (what README's screenshot shows).
 
-Self-contained: inline CSS, JS and SVG, the data as embedded JSON; no network, no CDN, no src/href
+Self-contained: inline CSS and JS (report.css, report.js beside this file) and SVG, the data as embedded JSON; no network, no CDN, no src/href
 to any URL. Size: the metrics rows, plus at most REPORT_UPDATES update records (evenly spaced over
 the run, the latest always in), each ≤ records.MAX_RECORD_BYTES (16–94 KB measured), so a page is
 about 0.1–4 MB. Leaves out: the judge's transcript (segments.md has its reading), updates past the
@@ -38,10 +38,17 @@ import sys
 import time
 
 from infra import rundir
+from methods import METHODS
 
 REPORT_UPDATES = 40          # update records embedded for the group view (all updates are in the table)
-METHOD_PREFIX = {"prover": "prover/", "prover-plus": "prover/", "gigpo": "gigpo/", "spo-chain": "spo/", "spo-tree": "spo/",
-                 "criticsearch": "critic/", "grpo-matched": "matched/"}
+
+
+def _asset(name: str) -> str:
+    """The page's CSS / JS, kept beside this file (inlined into every page)."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), encoding="utf-8") as f:
+        return f.read()
+
+
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
 
 
@@ -191,7 +198,7 @@ def table_columns(run: dict) -> list[tuple[str, str]]:
     present = {k for r in rows for k in r}
     cols = [("step", "update"), ("train/success", "train success"), ("eval/success", "eval success"),
             ("tokens/gen", "tokens gen."), ("time/iter_s", "s / update")]
-    pre = METHOD_PREFIX.get(run["method"])
+    pre = METHODS[run["method"]].prefix if run["method"] in METHODS else None
     if pre:
         mine = [k for k in dict.fromkeys(k for r in rows for k in r) if k.startswith(pre) and k.count("/") == 1]
         cols += [(k, k[len(pre):].replace("_", " ")) for k in mine[:8]]
@@ -222,77 +229,7 @@ def config_table(cfg: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 # The page
 # ---------------------------------------------------------------------------------------------
-CSS = """
-*{box-sizing:border-box}
-body{font:13px/1.35 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;color:#222;background:#fafafa}
-header{background:#24292f;color:#fff;padding:8px 16px}
-header h1{font-size:17px;margin:0 12px 0 0;display:inline-block}
-header .sub{color:#c9d1d9;font-size:12px}
-nav.tabs{margin-top:6px}
-nav.tabs button{background:#444c56;color:#fff;border:0;padding:4px 10px;margin-right:4px;border-radius:4px 4px 0 0;cursor:pointer;font:inherit}
-nav.tabs button.on{background:#fafafa;color:#222;font-weight:600}
-main{padding:8px 16px}
-h2{font-size:16px;margin:6px 0}
-h3{font-size:14px;margin:14px 0 4px}
-.meta,.legend{color:#555;font-size:12px;margin:2px 0 6px}
-.legend b{color:#333}
-.run{display:none}.run.on{display:block}
-svg.curves{background:#fff;border:1px solid #ddd;margin:0 8px 8px 0;max-width:49%;height:auto}
-svg .grid{stroke:#eee}svg .frame{fill:none;stroke:#bbb}svg .ax{stroke:#999}
-svg .tk{font-size:10px;fill:#555}svg .ct{font-size:12px;font-weight:600;fill:#333}svg .lg{font-size:10px;fill:#333}
-.scroll{max-height:300px;overflow:auto;border:1px solid #ddd;background:#fff}
-table.upd{border-collapse:collapse;font-size:12px;width:100%}
-table.upd th{position:sticky;top:0;background:#eef1f4;text-align:right;padding:3px 6px;font-weight:600;white-space:nowrap}
-table.upd td{text-align:right;padding:2px 6px;border-top:1px solid #f0f0f0;font-variant-numeric:tabular-nums}
-table.cfg{border-collapse:collapse;font-size:12px;background:#fff}
-table.cfg th{text-align:left;padding:1px 8px;font-weight:500;color:#555}table.cfg td{padding:1px 8px;font-family:ui-monospace,monospace}
-details.sec{margin:8px 0}details summary{cursor:pointer;font-weight:600;font-size:14px}
-button.view{font:inherit;font-size:11px;padding:0 6px;cursor:pointer}
-.controls{display:flex;flex-wrap:wrap;gap:4px 14px;align-items:center;background:#fff;border:1px solid #ddd;padding:6px 8px;margin-bottom:6px}
-.controls label{white-space:nowrap}
-.ustats{font-size:11px;color:#555;margin:0 0 6px}
-.group{background:#fff;border:1px solid #ccc;border-left:5px solid #999;margin:0 0 12px;padding:6px 8px}
-.group.st-credited{border-left-color:#1a9850}.group.st-not-credited{border-left-color:#e0a800}
-.group.st-dropped{border-left-color:#d73027}.group.st-eligible{border-left-color:#4575b4}
-.ghead{margin-bottom:4px}.ghead .task{color:#555}
-.badge{display:inline-block;padding:0 6px;border-radius:8px;font-size:11px;font-weight:600;color:#fff;background:#888;margin-right:4px}
-.badge.st-credited{background:#1a9850}.badge.st-not-credited{background:#c89600}.badge.st-dropped{background:#d73027}
-.badge.st-eligible{background:#4575b4}.badge.st-mixed{background:#777}.badge.st-uniform{background:#aaa}
-.judge,.csum{background:#f6f8fa;border:1px solid #e1e4e8;padding:4px 8px;margin:4px 0;font-size:12px}
-.judge .k{color:#555}.judge .drop{color:#b00}
-.dots span{display:inline-block;width:9px;height:9px;border-radius:50%;margin-right:1px;border:1px solid #1a9850;vertical-align:-1px}
-.dots span.o1{background:#1a9850}.dots span.o0{background:#fff;border-color:#999}
-.tscroll{overflow-x:auto}
-table.traj{border-collapse:separate;border-spacing:3px 0;font-size:11px;table-layout:fixed}
-table.traj th,table.traj td{vertical-align:top;width:172px;min-width:120px}
-table.traj th.tn,table.traj td.tn{width:34px;min-width:34px;color:#888;text-align:right;font-weight:400}
-table.traj th{text-align:left;font-weight:600;padding:2px 3px;background:#f2f2f2;border-radius:3px 3px 0 0}
-th.win .oc{color:#1a9850}th.lose .oc{color:#d73027}
-td.cell{background:#fcfcfc;border:1px solid #eee;padding:2px 3px;overflow-wrap:anywhere}
-td.none{background:transparent;border:0}
-td.gap{color:#999;text-align:center;font-style:italic;padding:1px}
-td.cell.el{color:#aaa;text-align:center}
-.act{font-family:ui-monospace,Menlo,Consolas,monospace;font-weight:600;color:#0b3d91}
-.obs{color:#555;max-height:3.9em;overflow:hidden}
-td.seg{background:#fff6bf;border:2px solid #e0a800}
-td.seg.applied{background:#e3f6e3;border-color:#1a9850}
-.seg-label{font-weight:700;color:#6b4e00;margin-bottom:2px}td.seg.applied .seg-label{color:#0f5e2d}
-.pv{display:inline-block;font-size:10px;font-weight:700;padding:0 4px;border-radius:3px;color:#fff;margin-right:3px}
-.pv-key{background:#7b3294}.pv-trap{background:#000}.pv-nokey{background:#b35806}
-.bad{color:#b00;font-size:10px;font-weight:600;margin-right:3px}.raw{color:#b00;font-family:monospace}
-.cd{font-size:10px;font-weight:700;margin-left:2px}.cd.pos{color:#1a9850}.cd.neg{color:#d73027}
-.strip{margin-top:3px;line-height:0}
-.srow{display:flex;align-items:center;height:11px;margin-bottom:1px}
-.srow i{font-style:normal;font-size:9px;line-height:11px;color:#666;width:12px;flex:none}
-.srow span{flex:1 1 0;max-width:14px;min-width:2px;height:10px;margin-right:1px}
-.srow span.sg{outline:2px solid #e0a800;outline-offset:-1px}
-.srow span.pk{box-shadow:inset 0 -3px 0 #7b3294}
-.scale span{display:inline-block;width:16px;height:9px;vertical-align:-1px}
-.empty{color:#888;font-style:italic}
-.err{color:#b00;white-space:pre-wrap}
-body.only-groups header .sub,body.only-groups .sec-curves,body.only-groups .sec-config,body.only-groups .sec-table,
-body.only-groups #compare,body.only-groups .meta{display:none}
-"""
+CSS = _asset("report.css")
 
 LEGEND_GROUPS = (
     "<b>Columns</b>: the group's trajectories (same task; ✓ success, ✗ failure; R = outcome). <b>Rows</b>: turns — "
@@ -306,171 +243,7 @@ LEGEND_GROUPS = (
     "pivotal turns (credit lab ground truth, never shown to the judge). Long trajectories show the text of their first 8 and "
     "last 4 turns; the strip has every turn.")
 
-JS = r"""
-(function(){
-const DATA = JSON.parse(document.getElementById('report-data').textContent);
-const ORDER = ['credited','not credited','dropped','eligible','mixed','uniform'];
-const HELP = {'credited':'ProVer: Δ̂ > margin, credit applied; other methods: some turn\'s advantage changed',
-  'not credited':'ProVer: judged and verified, Δ̂ ≤ margin','dropped':'ProVer: the proposal was dropped (reason shown)',
-  'eligible':'1..3 successes, advantages unchanged','mixed':'outcomes differ, not eligible','uniform':'all outcomes equal'};
-const NAMES = {'prover':'ProVer','gigpo':'GiGPO','spo-chain':'SPO-chain','spo-tree':'SPO-tree','criticsearch':'CriticSearch','grpo-matched':'GRPO-matched','grpo':'GRPO'};
-function h(tag, attrs, ...kids){
-  const e = document.createElement(tag);
-  for (const [k,v] of Object.entries(attrs||{})){
-    if (v==null || v===false) continue;
-    if (k==='class') e.className = v; else if (k==='style') e.style.cssText = v; else e.setAttribute(k, v===true ? '' : v);
-  }
-  for (const c of kids.flat()){ if (c==null || c===false) continue; e.append(c.nodeType ? c : document.createTextNode(String(c))); }
-  return e;
-}
-const sg = (x,d=3) => x==null ? '?' : (x>=0 ? '+' : '−') + Math.abs(x).toFixed(d);
-const f3 = (x) => x==null ? '?' : Number(x).toFixed(3);
-const slug = (s) => s.replace(/\s+/g,'-');
-function color(a){
-  if (a==null) return '#ddd';
-  const t = Math.max(-1, Math.min(1, a)), base = [247,247,247], pos = [26,152,80], neg = [215,48,39];
-  const c = t>=0 ? pos : neg, k = Math.abs(t);
-  return 'rgb(' + base.map((b,i) => Math.round(b + (c[i]-b)*k)).join(',') + ')';
-}
-function dots(xs){
-  return h('span',{class:'dots'}, xs.map(v => v===1 ? h('span',{class:'o1',title:'success'}) :
-    v===0 ? h('span',{class:'o0',title:'failure'}) : h('b',{}, Number(v).toFixed(2)+' ')));
-}
-function strip(tr, seg){
-  const rows = [['G', tr.A], ['F', tr.F]];
-  return h('div',{class:'strip'}, rows.map(([lab, xs]) => h('div',{class:'srow', title: lab==='G' ? 'GRPO advantage per turn' : 'final advantage per turn'},
-    h('i',{},lab), (tr.F||[]).map((_,t) => {
-      const a = xs ? xs[t] : null, inSeg = seg && t>=seg[0] && t<=seg[1];
-      const cls = [inSeg ? 'sg' : '', tr.truth && tr.truth[t] ? 'pk' : ''].join(' ').trim();
-      return h('span',{class: cls || null, style:'background:'+color(a),
-        title:'turn '+(t+tr.s0)+': GRPO '+(tr.A ? f3(tr.A[t]) : 'n/a')+' → final '+f3(tr.F[t])+(tr.truth && tr.truth[t] ? ' ['+tr.truth[t]+']' : '')});
-    }))));
-}
-function judgePanel(j, g){
-  if (!j) return null;
-  const head = h('div',{}, h('b',{},'Judge'), ' examined success #'+j.traj+' · ',
-    h('span',{class:'k'},'status '), j.status, j.repairs ? ' ('+j.repairs+' repairs)' : '', ' · ', h('span',{class:'k'},'tool calls '), j.tools);
-  if (j.start==null) return h('div',{class:'judge'}, head, h('div',{class:'drop'}, 'dropped: '+(j.reason||'?')));
-  const verdict = j.applied ? 'credited: +λ·Δ̂ on turns '+j.start+'–'+j.end : 'no credit (Δ̂ ≤ margin)';
-  return h('div',{class:'judge'}, head,
-    h('div',{}, h('span',{class:'k'},'failure mode: '), j.mode||'—'),
-    h('div',{}, h('span',{class:'k'},'rationale: '), j.why||'—'),
-    h('div',{class:'verif'}, h('b',{},'Δ̂ = '+sg(j.delta)+' ± '+f3(j.se)), ' (K = '+j.k+') · from s_pre (before turn '+j.start+'): ',
-      dots(j.pre||[]), ' SR '+f3(j.sr_pre)+' → from s_post (after turn '+j.end+'): ', dots(j.post||[]), ' SR '+f3(j.sr_post)+' · ', h('b',{}, verdict)));
-}
-function creditSummary(g, method){
-  if (method==='prover' || method==='grpo') return null;
-  let n=0, s=0, m=0;
-  for (const tr of g.trajs) for (let t=0; t<tr.F.length; t++){
-    const c = tr.A ? tr.F[t]-tr.A[t] : tr.F[t];
-    if (Math.abs(c) > 1e-9){ n++; s += Math.abs(c); m = Math.max(m, Math.abs(c)); }
-  }
-  const what = (method==='spo-chain'||method==='spo-tree') ? 'SPO replaces GRPO\'s advantage in eligible groups (branches without a GRPO value: F only)' :
-    method==='criticsearch' ? 'F − G = α × the critic\'s normalised turn label' : method==='gigpo' ? 'F − G = ω × the step advantage within same-observation turns' :
-    method==='grpo-matched' ? 'extra rollouts joined the group' : '';
-  return h('div',{class:'csum'}, h('b',{}, NAMES[method]||method), ': ', n ? n+' turns changed (mean |F − G| '+(s/n).toFixed(3)+', max '+m.toFixed(3)+')' : 'no turn changed', what ? ' · '+what : '');
-}
-function groupCard(g, rec, method){
-  const j = g.judge, seg = j && j.start!=null ? [j.start, j.end] : null;
-  const card = h('div',{class:'group st-'+slug(g.status), 'data-status':g.status, 'data-type':g.type});
-  card.append(h('div',{class:'ghead'}, h('span',{class:'badge st-'+slug(g.status), title:HELP[g.status]||''}, g.status),
-    g.reason ? h('span',{class:'badge st-dropped'}, g.reason) : null,
-    h('b',{}, 'update '+rec.step+' · group '+g.gid), ' · task '+g.task+' ('+g.type+') · '+g.succ+'/'+g.G+' successes'+(g.eligible ? ' · eligible' : '')+' · ',
-    h('span',{class:'task'}, g.text)));
-  card.append(judgePanel(j, g) || creditSummary(g, method) || '');
-  const thead = h('tr',{}, h('th',{class:'tn'},'turn'), g.trajs.map(tr => h('th',{class: tr.won ? 'win' : 'lose'},
-    h('span',{class:'oc'}, tr.won ? '✓' : '✗'), ' #'+tr.i+' R='+tr.R+' · '+tr.n+' turns'+(tr.s0 ? ' (branch from '+tr.s0+')' : ''),
-    strip(tr, j && j.sid!=null && g.trajs.indexOf(tr)===j.sid ? seg : null))));
-  const texts = g.trajs.map(tr => { const m = {}; for (const x of tr.txt) m[x[0]] = x; return m; });
-  const maxT = Math.max(0, ...g.trajs.map(tr => tr.s0 + tr.F.length));
-  const body = []; let gapFrom = null;
-  const flush = (T) => { if (gapFrom!=null){ body.push(h('tr',{}, h('td',{class:'tn'}, gapFrom+(T-1>gapFrom ? '–'+(T-1) : '')),
-      h('td',{class:'gap', colspan:g.trajs.length}, '… text not recorded for these turns (every turn is in the strips) …'))); gapFrom = null; } };
-  for (let T=0; T<maxT; T++){
-    const any = g.trajs.some((tr,i) => texts[i][T-tr.s0]);
-    if (!any){ if (gapFrom==null) gapFrom = T; continue; }
-    flush(T);
-    body.push(h('tr',{}, h('td',{class:'tn'}, T), g.trajs.map((tr,i) => {
-      const t = T - tr.s0;
-      if (t<0 || t>=tr.F.length) return h('td',{class:'none'});
-      const x = texts[i][t], truth = tr.truth && tr.truth[t], ok = tr.ok[t];
-      const isSeg = seg && j.sid===i && t>=seg[0] && t<=seg[1];
-      const c = tr.A ? tr.F[t]-tr.A[t] : null;
-      const badges = [truth ? h('span',{class:'pv pv-'+truth}, truth.toUpperCase()) : null,
-        ok==='x' ? h('span',{class:'bad'},'no <action> tag') : ok==='n' ? h('span',{class:'bad'},'not admissible') : null,
-        c!=null && Math.abs(c)>1e-9 ? h('span',{class:'cd '+(c>0?'pos':'neg'), title:'final − GRPO advantage'}, sg(c)) : null];
-      const cls = ['cell', isSeg ? 'seg' : '', isSeg && j.applied ? 'applied' : '', x ? '' : 'el'].join(' ').replace(/\s+/g,' ').trim();
-      const td = h('td',{class:cls});
-      if (isSeg && t===seg[0]) td.append(h('div',{class:'seg-label'}, 'judged segment '+seg[0]+'–'+seg[1]+' · Δ̂ = '+sg(j.delta)+' ± '+f3(j.se)+(j.applied ? ' · credited' : ' · not credited')));
-      if (x){ td.append(h('div',{class:'act'}, x[1] || '(empty)'));
-              if (x[3] && x[3]!==x[1]) td.append(h('div',{class:'raw', title:'raw output (no <action> tag)'}, x[3]));
-              td.append(h('div',{class:'obs'}, x[2])); }
-      else td.append('·');
-      td.append(h('div',{}, badges));
-      return td; })));
-  }
-  flush(maxT);
-  card.append(h('div',{class:'tscroll'}, h('table',{class:'traj'}, h('thead',{},thead), h('tbody',{},body))));
-  if (g.trajs_total > g.trajs.length) card.append(h('div',{class:'legend'}, (g.trajs_total-g.trajs.length)+' more trajectories not recorded'));
-  return card;
-}
-function defaultStep(run){
-  const recs = run.records; if (!recs.length) return null;
-  for (const pick of [g => g.judge && g.judge.start!=null && g.judge.applied, g => g.judge && g.judge.start!=null, g => g.status==='credited'])
-    for (let i=recs.length-1; i>=0; i--) if (recs[i].groups.some(pick)) return recs[i].step;
-  return recs[recs.length-1].step;
-}
-function initGroups(k){
-  const run = DATA.runs[k], box = document.getElementById('groups-'+k);
-  const ctl = box.querySelector('.controls'), out = box.querySelector('.gv');
-  if (!run.records.length){ out.append(h('p',{class:'empty'},'No update records yet (records.jsonl is written from update 1 on).')); ctl.remove(); return; }
-  const sel = h('select',{class:'upd-sel'}, run.records.map(r => h('option',{value:r.step}, 'update '+r.step+' · '+r.groups.filter(g => g.status==='credited').length+' credited')),
-    h('option',{value:'all'}, 'all recorded updates'));
-  sel.value = String(defaultStep(run));
-  const st = {}; ORDER.forEach(s => st[s] = h('input',{type:'checkbox', checked:true}));
-  const types = [...new Set(run.records.flatMap(r => r.groups.map(g => g.type)))].sort();
-  const typ = h('select',{}, h('option',{value:''},'all task types'), types.map(t => h('option',{value:t}, t)));
-  ctl.append(h('label',{}, 'Update ', sel), h('span',{}, 'Show: ', ORDER.map(s => h('label',{title:HELP[s]}, st[s], ' '+s+' '))), h('label',{}, typ));
-  const count = h('span',{class:'legend'}); ctl.append(count);
-  function render(){
-    out.textContent = '';
-    const recs = sel.value==='all' ? run.records : run.records.filter(r => String(r.step)===sel.value);
-    let shown = 0, total = 0;
-    for (const rec of recs){
-      if (sel.value!=='all'){
-        const stats = Object.entries(rec.stats||{}).map(([a,b]) => a+' '+(typeof b==='number' ? +b.toFixed(3) : b)).join(' · ');
-        out.append(h('p',{class:'ustats'}, 'update '+rec.step+': '+rec.groups.length+' groups recorded (of '+rec.groups_total+' offered, best first)'+(stats ? ' · '+stats : '')));
-      }
-      for (const g of rec.groups){
-        total++;
-        if (!st[g.status] || !st[g.status].checked || (typ.value && g.type!==typ.value)) continue;
-        if (shown >= 40) continue;
-        out.append(groupCard(g, rec, run.method)); shown++;
-      }
-    }
-    count.textContent = 'showing '+shown+' of '+total+' recorded groups'+(shown>=40 ? ' (first 40)' : '');
-    if (!shown) out.append(h('p',{class:'empty'},'No recorded group matches the filters.'));
-  }
-  [sel, typ, ...Object.values(st)].forEach(e => e.addEventListener('change', render));
-  box._select = (step) => { sel.value = String(step); render(); box.scrollIntoView(); };
-  render();
-}
-function showRun(k){
-  document.querySelectorAll('.run').forEach(e => e.classList.toggle('on', e.dataset.run===String(k)));
-  document.querySelectorAll('nav.tabs button').forEach(e => e.classList.toggle('on', e.dataset.run===String(k)));
-}
-try {
-  if (location.hash==='#groups') document.body.classList.add('only-groups');
-  DATA.runs.forEach((_,k) => initGroups(k));
-  document.querySelectorAll('nav.tabs button').forEach(b => b.addEventListener('click', () => showRun(b.dataset.run)));
-  document.querySelectorAll('button.view').forEach(b => b.addEventListener('click', () => {
-    showRun(b.dataset.run); document.getElementById('groups-'+b.dataset.run)._select(b.dataset.step); }));
-  showRun(0);
-} catch (e) {
-  document.body.prepend(h('pre',{class:'err'}, 'report.html: script error: '+e+'\n'+(e.stack||'')));
-}
-})();
-"""
+JS = _asset("report.js")
 
 
 def render(run_dirs: list[str]) -> str:

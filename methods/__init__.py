@@ -30,6 +30,7 @@ class Method:
     judge: str = ""           # "judge": ProVer's judge (judge.make_judge) | "critic": CriticSearch's | ""
     lab: bool = False         # needs the env's truth: --env keydoor only (the credit lab)
     segments: str = ""        # "module:HEADER" of the run's segments.md ("" = no such file)
+    prefix: str = ""          # the namespace of its own metrics in metrics.jsonl (report.html's columns)
     credit_kind: str = ""     # the lab's credit precision: "added" (A − A^GRPO is the credit) |
                               # "final" (A itself: the method replaces GRPO) | "" (no per-turn credit)
 
@@ -38,29 +39,29 @@ PROVER_SEGMENTS = "prover:SEGMENTS_HEADER"
 METHODS: dict[str, Method] = {
     "prover": Method("methods.prover_options:prover_credit",
                      "GRPO + λ·Δ̂ on a judge-proposed, verified segment (the paper; option flags in methods/prover_options.py)",
-                     judge="judge", segments=PROVER_SEGMENTS, credit_kind="added"),
+                     judge="judge", segments=PROVER_SEGMENTS, credit_kind="added", prefix="prover/"),
     "prover-plus": Method("methods.prover_options:plus_credit",
                           "ProVer beyond the paper: every mixed group eligible, the judge names the success, the bonus "
                           "goes to every rollout that took the segment's actions from the same prompt-visible states",
-                          judge="judge", segments=PROVER_SEGMENTS, credit_kind="added"),
+                          judge="judge", segments=PROVER_SEGMENTS, credit_kind="added", prefix="prover/"),
     "grpo": Method(None, "group-relative trajectory advantage on every action token"),
-    "grpo-matched": Method("methods.grpo_matched:credit", "GRPO with extra rollouts (ProVer's token budget)"),
+    "grpo-matched": Method("methods.grpo_matched:credit", "GRPO with extra rollouts (ProVer's token budget)", prefix="matched/"),
     "gigpo": Method("methods.gigpo:credit", "GiGPO: episode advantage + ω × step advantage within groups of turns "
-                                            "with the same observation", credit_kind="added"),
+                                            "with the same observation", credit_kind="added", prefix="gigpo/"),
     "spo-chain": Method("methods.spo:chain_credit", "SPO-chain: Monte-Carlo values every k turns from restored "
-                                                    "states; A = V(b_j) − V(b_{j−1})", credit_kind="final"),
+                                                    "states; A = V(b_j) − V(b_{j−1})", credit_kind="final", prefix="spo/"),
     "spo-tree": Method("methods.spo:tree_credit", "SPO-tree: rollouts branch at fixed depths; every edge gets "
-                                                  "V(child) − V(parent)", credit_kind="final"),
+                                                  "V(child) − V(parent)", credit_kind="final", prefix="spo/"),
     "criticsearch": Method("methods.criticsearch:credit", "CriticSearch: a critic labels each turn +1/0/−1 in "
                                                           "hindsight; A += α × normalised label",
-                           judge="critic", segments="methods.criticsearch:CRITIC_HEADER", credit_kind="added"),
-    "oracle-rb": Method("lab.ladder:oracle_rb", "GRPO on E[R | decisions] (the door's draw removed)", lab=True),
-    "oracle-add": Method("lab.ladder:oracle_add", "GRPO + λ·A*, the exact advantage on every turn", lab=True, credit_kind="added"),
-    "oracle": Method("lab.ladder:oracle_alone", "the exact advantage A* = Q^π − V^π alone (perfect credit)", lab=True, credit_kind="final"),
+                           judge="critic", segments="methods.criticsearch:CRITIC_HEADER", credit_kind="added", prefix="critic/"),
+    "oracle-rb": Method("lab.ladder:oracle_rb", "GRPO on E[R given the decisions] (the door's draw removed)", lab=True, prefix="oracle/"),
+    "oracle-add": Method("lab.ladder:oracle_add", "GRPO + λ·A*, the exact advantage on every turn", lab=True, credit_kind="added", prefix="oracle/"),
+    "oracle": Method("lab.ladder:oracle_alone", "the exact advantage A* = Q^π − V^π alone (perfect credit)", lab=True, credit_kind="final", prefix="oracle/"),
     "prover-exact": Method("lab.ladder:prover_exact", "ProVer with the exact ΔV instead of Δ̂", judge="judge",
-                           lab=True, segments=PROVER_SEGMENTS, credit_kind="added"),
+                           lab=True, segments=PROVER_SEGMENTS, credit_kind="added", prefix="prover/"),
     "prover-plus-exact": Method("lab.ladder:prover_plus_exact", "prover-plus with the exact ΔV instead of Δ̂",
-                                judge="judge", lab=True, segments=PROVER_SEGMENTS, credit_kind="added"),
+                                judge="judge", lab=True, segments=PROVER_SEGMENTS, credit_kind="added", prefix="prover/"),
 }
 
 
@@ -79,3 +80,11 @@ def segments_header(name: str) -> str | None:
     """The header of the method's segments.md, or None when it writes none."""
     ref = METHODS[name].segments
     return _load(ref) if ref else None
+
+
+def markdown_table() -> str:
+    """README's method table, from the registry (a test holds README to it)."""
+    rows = ["| method | credit |", "|---|---|"]
+    for k, m in METHODS.items():
+        rows.append(f"| `{k}` | {m.doc}" + (" (`--env keydoor` only)" if m.lab else "") + " |")
+    return "\n".join(rows)
