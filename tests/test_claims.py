@@ -55,11 +55,11 @@ def number(s: str) -> float:
 
 
 def gradient(config: str, method: str, column: str) -> str:
-    """credit_gradient.md is keyed by (config, policy, method): the warm-start row of `method`."""
-    header, body = rows_of("credit_gradient.md")
+    """credit_gradient/credit_gradient.md is keyed by (config, policy, method): the warm-start row of `method`."""
+    header, body = rows_of("credit_gradient/credit_gradient.md")
     j = next(i for i, h in enumerate(header) if h.startswith(column))
     hits = [r for r in body if r[0] == config and r[2] == method and "warmstarts" in r[1]]
-    assert len(hits) == 1, f"credit_gradient.md: {len(hits)} rows {config} {method}"
+    assert len(hits) == 1, f"credit_gradient/credit_gradient.md: {len(hits)} rows {config} {method}"
     return hits[0][j]
 
 
@@ -68,7 +68,7 @@ AVG = "average over benchmarks"
 
 def avg(method: str) -> str:
     """The average table's paired Δ, raw p and Holm p of `method`, as results/README.md quotes them."""
-    header, rows = table("compare.md", AVG)
+    header, rows = table("compare/compare.md", AVG)
     r = rows[method]
     return f"{r[header.index('paired Δ vs GRPO')]}, p {r[header.index('p')]}, Holm {r[header.index('p (Holm, this table)')]}"
 
@@ -79,13 +79,13 @@ def lab_mid(file: str, rooms: int, method: str) -> str:
 
 def headline_claims() -> list[tuple[str, str]]:
     """(document, quoted text) pairs, the text built from the results files."""
-    pp = " / ".join(lab_mid("credit_lab.md", r, "prover-plus") for r in (4, 8, 16))
-    pv = " / ".join(lab_mid("credit_lab.md", r, "prover") for r in (4, 8, 16))
+    pp = " / ".join(lab_mid("credit_lab/credit_lab.md", r, "prover-plus") for r in (4, 8, 16))
+    pv = " / ".join(lab_mid("credit_lab/credit_lab.md", r, "prover") for r in (4, 8, 16))
     ladder = "; ".join(f"{m} {gradient('rooms=8', m, 'cosine')}, {gradient('rooms=8', m, 'SNR')}"
                        for m in ("grpo", "oracle-rb", "prover-plus", "prover-plus-exact", "oracle-add", "oracle"))
     alf = "alfworld"
-    tok_p = cell("compare.md", alf, "prover", "policy tokens")
-    tok_s = cell("compare.md", alf, "spo-chain", "policy tokens")
+    tok_p = cell("compare/compare.md", alf, "prover", "policy tokens")
+    tok_s = cell("compare/compare.md", alf, "spo-chain", "policy tokens")
     return [
         ("results/README.md", f"paired Δ {avg('prover')} (family: the average table's 8 rows)"),
         ("results/README.md", avg("prover-plus")),
@@ -116,18 +116,18 @@ TINYGAP = "rooms=4,p_key=0.55,p_nokey=0.45@3"                   # credit_ladder_
 
 
 def tinygap_text() -> str:
-    return ladder_text(TINYGAP, "credit_ladder_tinygap.md")
+    return ladder_text(TINYGAP, "credit_ladder_tinygap/credit_ladder_tinygap.md")
 REGIMES = ("rooms=4,p_key=0.6,p_nokey=0.4@10", "rooms=4,apples=1,reward=score@10")
 
 
-def ladder_rows(file: str = "credit_ladder.md") -> tuple[list[str], dict]:
+def ladder_rows(file: str = "credit_ladder/credit_ladder.md") -> tuple[list[str], dict]:
     """A ladder table's header and {(regime, method): row}."""
     header, body = rows_of(file)
     ri, mi = header.index("regime"), header.index("method")
     return header, {(x[ri], x[mi]): x for x in body}
 
 
-def ladder_text(regime: str, file: str = "credit_ladder.md") -> str:
+def ladder_text(regime: str, file: str = "credit_ladder/credit_ladder.md") -> str:
     """One regime of a ladder table: oracle's speed and Δ AUC; per ProVer arm its Δ AUC (p, Holm over
     the table's tests), credit efficiency, the E ≥ ½ test's Holm p and tokens × GRPO."""
     header, r = ladder_rows(file)
@@ -149,20 +149,20 @@ def ladder_text(regime: str, file: str = "credit_ladder.md") -> str:
 def phase_text(cell: str, mult: str = "10") -> str:
     """A phase-screen cell at GRPO's best multiplier (`mult`): oracle's speed ratio, the seeds ≥ 2×
     faster and the paired Δ AUC (p, Holm over the table's Δ AUC tests)."""
-    header, body = rows_of("credit_phase.md")
+    header, body = rows_of("credit_phase/credit_phase.md")
     col = {k: header.index(k) for k in ("speed (× GRPO's updates)", "seeds ≥ 2× faster", "Δ AUC vs GRPO", "p", "p (Holm)")}
     x = next(x for x in body if x[0] == cell and x[1] == mult and x[2] == "oracle")
     best = next(x for x in body if x[0] == cell and x[1].startswith("GRPO's best lr"))
     assert best[1].endswith(f": {mult}"), f"{cell}: GRPO's best multiplier is not ×{mult} ({best[1]})"
     n = sum(x[2] == "oracle" for x in body)                        # the Holm family: every Δ AUC row
-    assert f"Holm's adjustment over the table's {n} Δ AUC tests" in read("results/credit_phase.md")
+    assert f"Holm's adjustment over the table's {n} Δ AUC tests" in read("results/credit_phase/credit_phase.md")
     sp, fast, d, pp, h = (x[col[k]] for k in ("speed (× GRPO's updates)", "seeds ≥ 2× faster", "Δ AUC vs GRPO", "p", "p (Holm)"))
     return f"{cell} at lr ×{mult}: speed {sp} ({fast} seeds ≥ 2× faster), Δ AUC {d}, p {pp}, Holm {h}"
 
 
 def adaptive_bias_text() -> str:
     rows = {}
-    for ln in read("results/adaptive_bias.md").splitlines():
+    for ln in read("results/adaptive_bias/adaptive_bias.md").splitlines():
         c = [x.strip() for x in ln.strip().strip("|").split(" | ")]
         if ln.startswith("| 0.5 | off |"):
             rows[c[2]] = c
@@ -186,14 +186,14 @@ def test_headline_figure_matches_its_file(i):
 def test_holm_survivors_named_in_prose_are_the_files_survivors():
     """README's one-line verdicts: GiGPO is the one method whose benchmark average survives Holm
     in the average table; prover-plus's early lead survives Holm at every horizon of the lab table."""
-    header, rows = table("compare.md", AVG)
+    header, rows = table("compare/compare.md", AVG)
     j = header.index("p (Holm, this table)")
     survivors = [m for m, r in rows.items() if r[j] not in ("–",) and float(r[j]) < 0.05]
     assert survivors == ["gigpo"]
     assert (f"GiGPO is the one method whose average differs from GRPO's after Holm (p {rows['gigpo'][j]} over the "
             f"average table's {len(rows) - 1} rows)") in read("README.md")
     for r in (4, 8, 16):
-        holm = float(re.search(r"Holm ([0-9.]+)\)", lab_mid("credit_lab.md", r, "prover-plus")).group(1))
+        holm = float(re.search(r"Holm ([0-9.]+)\)", lab_mid("credit_lab/credit_lab.md", r, "prover-plus")).group(1))
         assert holm < 0.05
     assert "prover-plus leads GRPO early at every horizon (Holm p < 0.05" in read("README.md")
 
@@ -205,9 +205,9 @@ def test_verification_token_savings_quoted_are_the_tables_ranges():
         a = number(cell(file, f"rooms = {rooms}", arm, "verify tokens / credited"))
         b = number(cell(file, f"rooms = {rooms}", ref, "verify tokens / credited"))
         return round(100 * (1 - a / b))
-    ak = [saving("prover_plus.md", 4, arm, "prover-plus") for arm in ("prover-plus-ak", "prover-plus-ak2")]
-    alone = [saving(f, 8 if f == "prover_options.md" else 16, arm, "prover")
-             for f in ("prover_options.md", "prover_options_r16.md") for arm in ("prover-adaptive-k", "prover-crn")]
+    ak = [saving("prover_plus/prover_plus.md", 4, arm, "prover-plus") for arm in ("prover-plus-ak", "prover-plus-ak2")]
+    alone = [saving(f, 8 if f == "prover_options/prover_options.md" else 16, arm, "prover")
+             for f in ("prover_options/prover_options.md", "prover_options/prover_options_r16.md") for arm in ("prover-adaptive-k", "prover-crn")]
     text = read("results/README.md")
     assert f"{min(ak)}–{max(ak)}% for the prover-plus-ak and -ak2 arms (rooms 4" in text, ak
     assert f"{min(alone)}–{max(alone)}% for the options alone" in text, alone
@@ -215,7 +215,7 @@ def test_verification_token_savings_quoted_are_the_tables_ranges():
 
 def test_adaptive_bias_range_in_the_index_is_the_files():
     """results/README.md's index says the pooled estimate is "biased upward by 0.07–0.12"."""
-    b = [float(ln.split(" | ")[6]) for ln in read("results/adaptive_bias.md").splitlines() if " | pooled | " in ln]
+    b = [float(ln.split(" | ")[6]) for ln in read("results/adaptive_bias/adaptive_bias.md").splitlines() if " | pooled | " in ln]
     assert len(b) == 6 and min(b) > 0
     assert f"biased upward by {min(b):.2f}–{max(b):.2f}" in read("results/README.md"), (min(b), max(b))
 
@@ -229,7 +229,7 @@ JMAX = "prover-plus:lam=3,negative_credit=true,verify_k=1,judge_max=3"    # the 
 
 def phase_best(cell: str) -> tuple[list[str], list[str]]:
     """A phase cell's oracle row at GRPO's best multiplier (and the table's header)."""
-    header, body = rows_of("credit_phase.md")
+    header, body = rows_of("credit_phase/credit_phase.md")
     best = next(x for x in body if x[0] == cell and x[1].startswith("GRPO's best"))[1].split(": ")[1]
     return header, next(x for x in body if x[0] == cell and x[1] == best and x[2] == "oracle")
 
@@ -256,7 +256,7 @@ def test_readme_ladder_sentences_follow_the_files():
               "with a tiny gap (0.55 / 0.45; GRPO's best rate ×3) at 1.5× GRPO's tokens judging every mixed group, and at "
               "1.2× with `--verify-k 1 --judge-max 3` (3 of the update's 8 groups judged), keeping 0.72 of the gain."):
         assert s in text, s
-    header, _ = rows_of("credit_phase.md")
+    header, _ = rows_of("credit_phase/credit_phase.md")
     k, sp = header.index("seeds ≥ 2× faster"), header.index("speed (× GRPO's updates)")
     for cell in WEAK:
         _, row = phase_best(cell)
@@ -267,9 +267,9 @@ def test_readme_ladder_sentences_follow_the_files():
         fast, n = (int(v) for v in row[k].split(" of "))
         assert fast <= n / 2, (cell, row)
     import csv
-    with open(os.path.join(RES, "credit_phase.csv")) as f:
+    with open(os.path.join(RES, "credit_phase", "credit_phase.csv")) as f:
         runs = list(csv.DictReader(f))
-    _, body = rows_of("credit_phase.md")
+    _, body = rows_of("credit_phase/credit_phase.md")
     collapsed = []
     for x in body:
         if x[1].startswith("GRPO's best"):
@@ -289,7 +289,7 @@ def test_readme_ladder_sentences_follow_the_files():
     assert number(x[col["credit efficiency"]]) > 0.5 and lo > 0.5 and number(x[col["tokens × GRPO"]]) <= 1.3
     assert "K = 4 most of it (its CI above half) at about GRPO's tokens" in text
     assert "judging 3 of 8 groups per update over half after Holm at 1.2×" in text
-    header, r = ladder_rows("credit_ladder_tinygap.md")
+    header, r = ladder_rows("credit_ladder_tinygap/credit_ladder_tinygap.md")
     col = {k: header.index(k) for k in ("speed (× GRPO)", "credit efficiency", "tokens × GRPO")}
     holm = [i for i, x in enumerate(header) if x == "p (Holm)"]
     assert number(r[(TINYGAP, "oracle")][col["speed (× GRPO)"]]) < 0.5
@@ -299,7 +299,7 @@ def test_readme_ladder_sentences_follow_the_files():
     jm = r[(TINYGAP, JMAX)]
     assert number(jm[col["credit efficiency"]]) > 0.5 and number(jm[holm[1]]) < 0.05
     assert f"{number(jm[col['tokens × GRPO']]):.1f}" == "1.2" and f"{number(jm[col['credit efficiency']]):.2f}" == "0.72"
-    best = next(x for x in rows_of("credit_phase.md")[1] if x[0] == TINYGAP.split("@")[0] and x[1].startswith("GRPO's best"))
+    best = next(x for x in rows_of("credit_phase/credit_phase.md")[1] if x[0] == TINYGAP.split("@")[0] and x[1].startswith("GRPO's best"))
     assert best[1].endswith(": 3"), best
 
 
