@@ -22,7 +22,7 @@ the continuations spent per side, for four estimators:
 
 A fixed round is unbiased; stopping on the observed Δ̂ keeps the rounds whose noise pushed |Δ̂| past
 z·SE, so pooled is biased away from 0; the fresh batch is independent of the stopping decision,
-so E[Δ̂ | k] = A_seg. Writes results/adaptive_bias.{md,csv} (--out). Scripted policy, no model:
+so E[Δ̂ | k] = A_seg. Writes results/adaptive_bias/adaptive_bias.{md,csv} (--out: the folder). Scripted policy, no model:
 seconds per setting.
 """
 from __future__ import annotations
@@ -114,7 +114,7 @@ def main():
     p = argparse.ArgumentParser(description="adaptive K's bias against the analytic segment value (scripted keydoor policy)")
     p.add_argument("--q", nargs="+", type=float, default=[0.2, 0.5, 0.8], help="the policy's key probability")
     p.add_argument("--n", type=int, default=400, help="estimates per (q, CRN, estimator)")
-    p.add_argument("--out", default=os.path.join(ROOT, "results"))
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "adaptive_bias"))
     args = p.parse_args()
     if args.n < 2 or not all(0 <= q < 1 for q in args.q):
         raise SystemExit("adaptive_bias: --n must be >= 2 and every --q in [0, 1)")

@@ -592,7 +592,8 @@ def main():
     p.add_argument("--warm-start", choices=["shared", "per-seed"], default="shared",
                    help="one warm start for every seed (--bc-seed 0) or one per seed (--bc-seed s); methods of a seed always share it")
     p.add_argument("--jobs", type=int, default=2, help="trainings run side by side (one thread each)")
-    p.add_argument("--out", default=os.path.join(ROOT, "results"))
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "compare"),
+                   help="the study folder: compare.{md,csv}, plots, runs/, summaries/compare/, warmstarts/")
     p.add_argument("--report-only", action="store_true", help="only rebuild the table and plots")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: extra train.py flags for every run")
     args = p.parse_args()

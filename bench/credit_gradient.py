@@ -25,7 +25,7 @@ bench/credit_phase.py's cells) and policy (a model folder, `--policy`):
 
 The gradient is that of Σ A·log π only (no clipping, no KL: at ratio 1 PPO-clip's gradient is
 this one). Leaves out: mid-training checkpoints unless given with --policy (each folder is one
-policy); the methods' costs beyond generated tokens. Writes results/credit_gradient.{md,csv}.
+policy); the methods' costs beyond generated tokens. Writes results/credit_gradient/credit_gradient.{md,csv}.
 """
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def main(argv=None) -> None:
     ap.add_argument("--ref-batches", type=int, default=16, help="batches of exact credit behind g*")
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
-    ap.add_argument("--out", default=os.path.join(ROOT, "results", "credit_gradient"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "results", "credit_gradient", "credit_gradient"))
     args = ap.parse_args(argv)
     bad = [m for m in args.methods if arm_settings(m)[0] not in train.METHODS]
     if bad:

@@ -1,14 +1,14 @@
 """bench/credit_lab.py — the credit lab study: does a method's credit land on the decisions that matter?
 
     python bench/credit_lab.py                                   # rooms 4, 8, 16 × the 7 default methods × 10 seeds
-    # (results/credit_lab.md ran 9: the default 7 with prover-plus and grpo-matched-plus; its command heads the file)
+    # (results/credit_lab/credit_lab.md ran 9: the default 7 with prover-plus and grpo-matched-plus; its command heads the file)
     python bench/credit_lab.py --rooms 4 8 --methods grpo prover prover-random --seeds 0 1 2 3
     python bench/credit_lab.py --report-only                     # rebuild the table and plot
-    python bench/credit_lab.py --name prover_options --rooms 8 16 --methods grpo prover prover-allmixed \
+    python bench/credit_lab.py --name prover_options/prover_options --rooms 8 16 --methods grpo prover prover-allmixed \
         prover-matched prover-se prover-shrink prover-crn prover-adaptive-k prover-neg prover-focus0 \
         prover-judge-success --versus grpo prover                # each option alone
-    python bench/credit_lab.py --name prover_plus --rooms 4 --methods grpo prover prover-plus prover-plus-ak \
-        --versus grpo prover                                     # ProVer's options (results/prover_plus.*)
+    python bench/credit_lab.py --name prover_plus/prover_plus --rooms 4 --methods grpo prover prover-plus \
+        prover-plus-ak --versus grpo prover                      # ProVer's options (results/prover_plus/)
 
 In `keydoor` (keydoor.py) the pivotal decision is known: `take key` in the first room; the door at
 the end of a corridor of `rooms` rooms opens with p_key if the key is held, else p_nokey, drawn
@@ -32,7 +32,8 @@ from its metrics.jsonl:
 
 Per horizon and method against GRPO (and each --versus method): the paired differences
 (bench/paired.py: mean, 95% Student-t CI, exact sign-flip p). Writes results/NAME.{md,csv,png}
-(--name, default credit_lab; the plot: updates to GRPO's final q_key × GRPO's own vs horizon —
+(--name, a path under --out: default credit_lab/credit_lab, a study's folder and its stem; the
+plot: updates to GRPO's final q_key × GRPO's own vs horizon —
 the speed measure that is not censored when no run reaches the threshold within --iters — mean
 q_key curves, and the paired Δ q_key vs GRPO at every update with its CI); runs live in
 results/credit_lab/runs/ (git-ignored), shared by every report, and finished ones are reused, so a
@@ -296,6 +297,7 @@ def report(args, jobs) -> str:
     unpaired = {rooms: compare.unpaired_seeds(res, rooms) for rooms in {k[0] for k in res}}
     res = {k: r for k, r in res.items() if k[2] not in unpaired[k[0]]}
     speed = {(rooms, m): to_reference_final(res, rooms, m, args.iters) for rooms, m, _ in res}
+    os.makedirs(os.path.dirname(os.path.join(args.out, args.name)), exist_ok=True)      # NAME may name a folder
     with open(os.path.join(args.out, f"{args.name}.csv"), "w", newline="") as f:
         w = csv.writer(f)
         keys = [k for k in next(iter(res.values()), {}) if k not in ("q_curve", "updates_to_grpo_final_q", "ratio_to_grpo")]
@@ -384,7 +386,7 @@ def report(args, jobs) -> str:
                          + ", ".join(f"{m} {100 * v:.1f}" for m, v in inits.items()) + ").")
         lines.append("")
     if from_csv:
-        lines.insert(1, f"{from_csv} of the {len(res)} runs are read from this study's own record, {args.name}.csv "
+        lines.insert(1, f"{from_csv} of the {len(res)} runs are read from this study's own record, {os.path.basename(args.name)}.csv "
                         f"(the per-run rows its report wrote; their run directories are not on this machine, and kept "
                         f"summaries may be other studies' re-runs: bench/credit_lab.py's from_table): their per-seed "
                         f"figures as recorded; the plot's q_key-curve panels show only the runs that kept curves.\n")
@@ -475,12 +477,14 @@ def main():
                    help="the methods the plot shows (default: all of --methods; the tables always have all)")
     p.add_argument("--curve-rooms", type=int, default=0,
                    help="the horizon whose q_key curves the plot's right panels show (default: the largest of --rooms)")
-    p.add_argument("--name", default="credit_lab",
-                   help="the report's file stem: writes results/NAME.{md,csv,png}; the runs are shared in results/credit_lab/runs/")
+    p.add_argument("--name", default="credit_lab/credit_lab",
+                   help="the report's path stem under --out: writes results/NAME.{md,csv,png} (e.g. prover_plus/prover_plus); "
+                        "the runs are shared in results/credit_lab/runs/")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: extra train.py flags for every run")
     args = p.parse_args()
     args.extra = [a for a in args.extra if a != "--"]
-    args.title = "Credit lab" if args.name == "credit_lab" else f"Credit lab: {args.name}"
+    stem = os.path.basename(args.name)
+    args.title = "Credit lab" if stem == "credit_lab" else f"Credit lab: {stem}"
     jobs = [(r, m, s) for r in args.rooms for s in args.seeds for m in args.methods]
     for j in jobs:                        # a kept summary from another protocol: one line, before any run
         compare.load_summary(kept(j, args), protocol(j, args))

@@ -27,7 +27,8 @@ Per regime and method, against GRPO on the same seeds:
     tokens    generated tokens per update (rollout + verification + judge) over GRPO's, same seeds
 p-values are Holm-adjusted over the table's family: every Δ AUC and every ≥ ½ test of every regime.
 
-Writes results/NAME.{md,csv,png} (--name, default credit_ladder; csv: one row per run with at least
+Writes results/NAME.{md,csv,png} (--name, a path under --out: default credit_ladder/credit_ladder, the
+study's folder and its stem, e.g. credit_ladder_tinygap/credit_ladder_tinygap; csv: one row per run with at least
 regime, method, seed, auc, updates_to_grpo_final, tokens_per_update; png: the mean p_key_held
 curves with 95% t bands, one panel per regime).
 """
@@ -132,6 +133,7 @@ def report(args, jobs) -> str:
                              sp.get(s, ""), r["tokens_per_update"],
                              r["tokens_per_update"] / tok["grpo"][s] if s in tok.get("grpo", {}) else "",
                              r["final_success"], r["iter_seconds"]])
+    os.makedirs(os.path.dirname(os.path.join(args.out, args.name)), exist_ok=True)      # NAME may name a folder
     with open(os.path.join(args.out, f"{args.name}.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["regime", "cell", "lr_mult", "method", "seed", "p_key_init", "p_key_final", "auc",
@@ -209,7 +211,7 @@ def main():
                                             "paired seeds, credit efficiency (resumable; runs shared with credit_phase)")
     p.add_argument("--regimes", nargs="+", default=["rooms=4,p_key=0.6,p_nokey=0.4@10"],
                    help="CELL@LR: a credit_phase cell and a learning-rate multiplier (the one best for GRPO)")
-    args = phase.parse_common(p, METHODS, list(range(10)), 15, "credit_ladder", "credit_ladder", ["grpo", "oracle"])
+    args = phase.parse_common(p, METHODS, list(range(10)), 15, "credit_ladder/credit_ladder", "credit_ladder", ["grpo", "oracle"])
     args.regime_list = [parse_regime(r) for r in args.regimes]
     phase.check_cells([c for c, _ in args.regime_list])
     jobs = [(c, m, me, s) for c, m in args.regime_list for s in args.seeds for me in args.methods]

@@ -26,7 +26,8 @@ Per (cell, lr multiplier), paired over seeds against GRPO at the same multiplier
             sign-flip p and its Holm adjustment (family: every Δ AUC of the table)
     best lr GRPO's multiplier with the highest AUC per cell (the lab must not handicap GRPO)
 
-Writes results/NAME.{md,csv,png} (--name, default credit_phase; csv: one row per run; png: a heat
+Writes results/NAME.{md,csv,png} (--name, a path under --out: default credit_phase/credit_phase, the
+study's folder and its stem; csv: one row per run; png: a heat
 map of the mean speed ratio, cells × multipliers, for each non-GRPO method). Runs live in
 results/credit_phase/runs/ (git-ignored); each finished run's summary is kept in
 results/summaries/credit_phase/ with the protocol it ran under, so the screen resumes over sittings
@@ -234,6 +235,7 @@ def collect(args, jobs) -> dict:
 
 def report(args, jobs) -> str:
     res = collect(args, jobs)
+    os.makedirs(os.path.dirname(os.path.join(args.out, args.name)), exist_ok=True)      # NAME may name a folder
     with open(os.path.join(args.out, f"{args.name}.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["cell", "lr_mult", "method", "seed", "p_key_init", "p_key_final", "auc", "updates_to_grpo_final",
@@ -349,7 +351,7 @@ def parse_common(p, methods: list, seeds: list, iters: int, name: str, prog: str
                    help="held-out evaluation every N updates (0: --iters, i.e. before the first update and after the last)")
     p.add_argument("--jobs", type=int, default=2, help="trainings side by side (one thread each)")
     p.add_argument("--out", default=os.path.join(ROOT, "results"))
-    p.add_argument("--name", default=name)
+    p.add_argument("--name", default=name, help="the report's path stem under --out: writes NAME.{md,csv,png} there")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: extra train.py flags for every run")
     args = p.parse_args()
@@ -368,7 +370,7 @@ def main():
     p.add_argument("--cells", nargs="+", default=["rooms=4", "rooms=8"],
                    help="regimes: comma-separated KEY=VALUE of keydoor options and train.py settings")
     p.add_argument("--lr-mult", nargs="+", type=float, default=[1.0], help="learning rates as multiples of the default --lr")
-    args = parse_common(p, METHODS, [0, 1, 2, 3], 20, STUDY, "credit_phase", ["grpo"])
+    args = parse_common(p, METHODS, [0, 1, 2, 3], 20, f"{STUDY}/{STUDY}", "credit_phase", ["grpo"])
     if any(m <= 0 for m in args.lr_mult):
         raise SystemExit("credit_phase: every --lr-mult must be > 0")
     check_cells(args.cells)

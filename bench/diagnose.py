@@ -16,7 +16,7 @@ style, history and step limit as the run) at each of `--temperatures` (default: 
 Why this exists: success alone does not say what to fix. On the tiny ALFWorld policy it showed
 that ~2/3 of held-out turns are non-admissible (absent objects and places) and that at T = 0.4
 they become loops — the plateau of the learning runs is the tiny model's grounding, not the loop.
-Writes results/diagnose_<run name>.{md,json} (`--out-dir` to change).
+Writes results/diagnose/diagnose_<run name>.{md,json} (`--out-dir` to change).
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     p.add_argument("--episodes", type=int, default=64, help="held-out tasks (0 = the whole split)")
     p.add_argument("--temperatures", default="0.4,1.0")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out-dir", default=os.path.join(ROOT, "results"))
+    p.add_argument("--out-dir", default=os.path.join(ROOT, "results", "diagnose"))
     a = p.parse_args(argv)
     cfg_path = os.path.join(a.run, "config.json")
     if not os.path.exists(cfg_path):

@@ -1,6 +1,6 @@
 """Environment throughput and difficulty: built-in ALFWorld simulator vs the real engine.
 
-Measures, and writes to results/env_speed.json:
+Measures, and writes to results/speed/env_speed.json:
   * steps/s of `household.Household` (one core, uniform-random admissible policy, step calls
     only; resets timed separately), presets small and full;
   * steps/s of alfworld's real TextWorld PDDL engine on the *same* games exported with
@@ -144,8 +144,8 @@ def main():
                   f"oracle {v['oracle_success']:.3f} plan {v['oracle_plan_len']:.2f}  random {v['random_success']:.3f}")
         print(f"[{preset}] mean plan length: search expert {p['mean_expert_plan_len']:.2f}, "
               f"oracle {p['mean_oracle_plan_len']:.2f}")
-    os.makedirs(os.path.join(ROOT, "results"), exist_ok=True)
-    path = os.path.join(ROOT, "results", "env_speed.json")
+    os.makedirs(os.path.join(ROOT, "results", "speed"), exist_ok=True)
+    path = os.path.join(ROOT, "results", "speed", "env_speed.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=2)
     print("wrote", path)

@@ -1,6 +1,6 @@
 """bench/fsdp_step.py — one full-parameter bf16 GRPO update of a Qwen3-1.7B-shaped policy under FSDP2.
 
-    python bench/fsdp_step.py                        # one CUDA GPU: writes results/fsdp_step.json
+    python bench/fsdp_step.py                        # one CUDA GPU: writes results/speed/fsdp_step.json
     torchrun --nproc-per-node N bench/fsdp_step.py   # N GPUs: the same update sharded N ways
     python bench/fsdp_step.py --cpu-smoke            # tiny model, CPU, gloo, one rank (the test suite runs it)
 
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=3, help="timed updates per variant (the best is reported)")
     p.add_argument("--variants", default="full,full+ckpt")
     p.add_argument("--peak-tflops", type=float, default=989.0)
-    p.add_argument("--out", default=os.path.join(ROOT, "results", "fsdp_step.json"))
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "speed", "fsdp_step.json"))
     a = p.parse_args(argv)
     if a.cpu_smoke:
         a.device = "cpu"

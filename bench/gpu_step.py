@@ -24,7 +24,7 @@ parameters outside the embedding), 6·V·H·A for the LM head (our loss runs it 
 only), and 6·L·(P+A)²·H_q·d_head for causal attention (QKᵀ and AV, forward + backward, halved for
 the causal mask); recomputation under gradient checkpointing is not counted (the usual
 convention). Peak: `--peak-tflops` (989, the H100/H200 SXM dense bf16 figure). Writes
-results/gpu_step.json and prints a table.
+results/speed/gpu_step.json and prints a table.
 """
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ def main(argv=None) -> int:
     p.add_argument("--gen-new", type=int, default=32)
     p.add_argument("--peak-tflops", type=float, default=989.0)
     p.add_argument("--save-model", default="", help="also save the model (with the ALFWorld tokenizer) here")
-    p.add_argument("--out", default=os.path.join(ROOT, "results", "gpu_step.json"))
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "speed", "gpu_step.json"))
     a = p.parse_args(argv)
     import torch
     if a.device.startswith("cuda") and not torch.cuda.is_available():

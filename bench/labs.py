@@ -8,7 +8,7 @@ its figures, and keep LABS.md's measured blocks true to the files they come from
 
 Each lab (LABS below) is one shell command that writes under runs/labs/ (git-ignored), the figures
 read from what it wrote, and a "what we measured" text that quotes those figures and the committed
-study the lab is a small slice of (results/*.md, *.csv). `run` executes the command exactly as
+study the lab is a small slice of (results/STUDY/*.md, *.csv). `run` executes the command exactly as
 LABS.md shows it (bash, from the repository root), records seconds, date, commit, the machine's load
 before it started and the figures in results/labs.json, then re-renders LABS.md. LABS.md carries
 two generated blocks per lab, the command and the measured text, between markers
@@ -65,8 +65,8 @@ def metric_mean(run: str, key: str) -> float:
 
 
 def md_rows(file: str, section: str = "") -> tuple[list[str], list[list[str]]]:
-    """(header cells, body rows) of the first markdown table of results/FILE, under `## section` when
-    given (tests/test_claims.py reads the results tables through this too)."""
+    """(header cells, body rows) of the first markdown table of results/FILE (FILE = STUDY/NAME.md),
+    under `## section` when given (tests/test_claims.py reads the results tables through this too)."""
     text = open(os.path.join(ROOT, "results", file)).read()
     if section:
         m = re.search(rf"^## {re.escape(section)}\s*$", text, re.M)
@@ -84,7 +84,7 @@ def md_rows(file: str, section: str = "") -> tuple[list[str], list[list[str]]]:
 
 
 def md_cell(file: str, row: str, column: str, section: str = "", first_cols: int = 1) -> str:
-    """A cell of a results/*.md table: the row whose first `first_cols` cells join (with ' / ') to
+    """A cell of a results/STUDY/*.md table: the row whose first `first_cols` cells join (with ' / ') to
     `row`, in the column whose header starts with `column`; under `## section` when given."""
     header, body = md_rows(file, section)
     j = next(i for i, h in enumerate(header) if h.startswith(column))
@@ -100,8 +100,8 @@ def mean_of(rows: list[dict], key: str) -> tuple[float, int]:
 
 
 def phase_auc(cell: str, mult: float, method: str) -> tuple[float, int]:
-    """Mean AUC and n of the committed phase screen (results/credit_phase.csv) at one cell, lr ×, method."""
-    rows = [r for r in read_csv(os.path.join(ROOT, "results", "credit_phase.csv"))
+    """Mean AUC and n of the committed phase screen (results/credit_phase/credit_phase.csv) at one cell, lr ×, method."""
+    rows = [r for r in read_csv(os.path.join(ROOT, "results", "credit_phase", "credit_phase.csv"))
             if r["cell"] == cell and float(r["lr_mult"]) == mult and r["method"] == method]
     return mean_of(rows, "auc")
 
@@ -163,14 +163,14 @@ def judge_figures(out: str) -> dict:
 
 def judge_text(f: dict) -> str:
     b, r = f["builtin"], f["random"]
-    ref_b = md_cell("credit_lab.md", "prover", "judge hit", section="rooms = 8")
-    ref_r = md_cell("credit_lab.md", "prover-random", "judge hit", section="rooms = 8")
-    acc_b = md_cell("credit_lab.md", "prover", "accept", section="rooms = 8")
-    acc_r = md_cell("credit_lab.md", "prover-random", "accept", section="rooms = 8")
+    ref_b = md_cell("credit_lab/credit_lab.md", "prover", "judge hit", section="rooms = 8")
+    ref_r = md_cell("credit_lab/credit_lab.md", "prover-random", "judge hit", section="rooms = 8")
+    acc_b = md_cell("credit_lab/credit_lab.md", "prover", "accept", section="rooms = 8")
+    acc_r = md_cell("credit_lab/credit_lab.md", "prover-random", "accept", section="rooms = 8")
     return (f"This run: the built-in judge's segments contain the key turn in {b['hit']:.0%} of its {b['proposals']} "
             f"proposals, the random judge's in {r['hit']:.0%} of {r['proposals']}; verification accepted (Δ̂ > 0) {b['accept']:.0%} against {r['accept']:.0%}, "
             f"mean Δ̂ {b['delta']:+.2f} against {r['delta']:+.2f}. The committed credit lab (rooms 8, 10 seeds × 40 updates, "
-            f"`results/credit_lab.md`): hit {ref_b} against {ref_r}, accept {acc_b} against {acc_r}.")
+            f"`results/credit_lab/credit_lab.md`): hit {ref_b} against {ref_r}, accept {acc_b} against {acc_r}.")
 
 
 def verify_figures(out: str) -> dict:
@@ -212,7 +212,7 @@ def lr_text(f: dict) -> str:
            (("g1", 1, "grpo"), ("g3", 3, "grpo"), ("g10", 10, "grpo"), ("o1", 1, "oracle"), ("o10", 10, "oracle"))}
     s = (f"Seed 0, 6 updates, p_key_held from {g1['init']:.2f}: GRPO ends at {g1['final']:.2f} (×1) and {g10['final']:.2f} (×10), "
          f"exact credit at {o1['final']:.2f} (×1) and {o10['final']:.2f} (×10); AUC {g1['auc']:.2f} / {g10['auc']:.2f} / "
-         f"{o1['auc']:.2f} / {o10['auc']:.2f}. The committed screen (`results/credit_phase.csv`, 15 updates): GRPO's AUC "
+         f"{o1['auc']:.2f} / {o10['auc']:.2f}. The committed screen (`results/credit_phase/credit_phase.csv`, 15 updates): GRPO's AUC "
          f"{ref['g1'][0]:.3f} at ×1 (n={ref['g1'][1]}), {ref['g3'][0]:.3f} at ×3 (n={ref['g3'][1]}), {ref['g10'][0]:.3f} at ×10 "
          f"(n={ref['g10'][1]}); exact credit {ref['o10'][0]:.3f} at ×10 (n={ref['o10'][1]})")
     if ref["o1"][1]:
@@ -237,9 +237,9 @@ def ladder_text(f: dict) -> str:
         if m in f:
             e = (f[m]["auc"] - g) / (o - g) if abs(o - g) > 1e-9 else float("nan")
             parts.append(f"{m} {f[m]['auc']:.3f} (E = {e:.2f} on this one seed, {f[m]['tokens_ratio']:.2f}× GRPO's tokens)")
-    cell = lambda m, c: md_cell("credit_ladder.md", f"{regime} / {m}", c, first_cols=2)      # noqa: E731
+    cell = lambda m, c: md_cell("credit_ladder/credit_ladder.md", f"{regime} / {m}", c, first_cols=2)      # noqa: E731
     return (f"Seed 0, 6 updates: AUC GRPO {g:.3f}, exact credit {o:.3f}, " + ", ".join(parts) + ". The committed ladder "
-            f"(`results/credit_ladder.md`, 10 paired seeds × 15 updates): exact credit Δ AUC {cell('oracle', 'Δ AUC')} "
+            f"(`results/credit_ladder/credit_ladder.md`, 10 paired seeds × 15 updates): exact credit Δ AUC {cell('oracle', 'Δ AUC')} "
             f"at speed {cell('oracle', 'speed')}; the paper's ProVer Δ AUC {cell('prover', 'Δ AUC')}; prover-plus "
             f"(λ = 1) credit efficiency {cell('prover-plus', 'credit efficiency')}; "
             f"`{LAM3}` credit efficiency {cell(LAM3, 'credit efficiency')} at {cell(LAM3, 'tokens').split()[0]}× GRPO's "
@@ -264,8 +264,8 @@ def horizon_text(f: dict) -> str:
     return (f"Cosine to the exact-credit gradient at rooms {' / '.join(map(str, HORIZON_ROOMS))}: GRPO {row('grpo')}, "
             f"prover-plus {row('prover-plus')} (from rooms {lo} to {hi} GRPO's falls by {drop['grpo']:.2f}, "
             f"prover-plus's by {drop['prover-plus']:.2f}); rollout tokens per batch {tok} (GRPO). The committed credit lab "
-            f"(`results/credit_lab.md`, 10 seeds × 40 updates): prover-plus's Δ q_key over GRPO at update 10 is "
-            + " / ".join(md_cell("credit_lab.md", "prover-plus", "Δ q_key vs GRPO at update 10", section=f"rooms = {n}")
+            f"(`results/credit_lab/credit_lab.md`, 10 seeds × 40 updates): prover-plus's Δ q_key over GRPO at update 10 is "
+            + " / ".join(md_cell("credit_lab/credit_lab.md", "prover-plus", "Δ q_key vs GRPO at update 10", section=f"rooms = {n}")
                          for n in lab_rooms) + f" at rooms {' / '.join(map(str, lab_rooms))}.")
 
 
@@ -282,13 +282,13 @@ def alfworld_text(f: dict) -> str:
     g = [learning_gain(s) for s in (0, 1, 2)]
     return (f"Held-out success of this run ({f['episodes']} episodes per evaluation; update: success) {ev}. One "
             f"evaluation of {f['episodes']} episodes has a standard error of about {se:.2f}: compare the change with it, "
-            f"and read the trend over more updates. The committed 30-minute runs (`results/learning_alfworld.md`, 3 seeds, "
+            f"and read the trend over more updates. The committed 30-minute runs (`results/learning/learning_alfworld.md`, 3 seeds, "
             f"re-evaluated 4 × 140 episodes): gains {', '.join(g)}.")
 
 
 def learning_gain(seed: int) -> str:
-    """The re-evaluated gain of one seed in results/learning_alfworld.md (its second table)."""
-    text = open(os.path.join(ROOT, "results", "learning_alfworld.md")).read()
+    """The re-evaluated gain of one seed in results/learning/learning_alfworld.md (its second table)."""
+    text = open(os.path.join(ROOT, "results", "learning", "learning_alfworld.md")).read()
     m = re.search(rf"^\| {seed} \| [0-9.]+ \| [0-9.]+ \([^)]*\) \| ([+-][0-9.]+ ± [0-9.]+) \|", text, re.M)
     if not m:
         raise KeyError(f"learning_alfworld.md: no re-evaluated row for seed {seed}")

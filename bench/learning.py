@@ -6,16 +6,18 @@
     python bench/learning.py --dirs runs/a runs/b           # only summarise existing run directories
     python bench/learning.py --dirs runs/a runs/b --recheck 4 --recheck-episodes 140   # + precise gains
 
-Each seed is `python train.py --env <env> --seed <s> --out results/runs/learning-<env>-s<s>` with
+Each seed is `python train.py --env <env> --seed <s> --out results/learning/runs/learning-<env>-s<s>` with
 every other flag at its default (its own warm start, as a user gets it; a cached warm start is
 reused). Finished runs are not re-run; a run with a checkpoint short of the requested updates
 continues with --resume (its minutes accumulate). Writes:
 
-  results/learning_<env>.md    per seed: warm-start held-out success (score), every evaluation with
-                               its update and minute, the best and last values and their gain over
-                               the warm start, and the last evaluation within --minutes
-  results/learning_<env>.json  the same numbers, machine-readable
-  results/learning_<env>.png   held-out success against updates and against minutes, one line per seed
+  results/learning/learning_<env>.md    per seed: warm-start held-out success (score), every evaluation
+                                        with its update and minute, the best and last values and their
+                                        gain over the warm start, and the last evaluation within --minutes
+  results/learning/learning_<env>.json  the same numbers, machine-readable
+  results/learning/learning_<env>.png   held-out success against updates and against minutes, one line
+                                        per seed
+(--out: the folder; its runs/ holds the run directories, git-ignored)
 
 `--recheck N` then re-evaluates each run's warm start and its checkpoint (the policy at the run's
 last checkpoint: with a run stopped at --minutes, the 30-minute policy) with bench/diagnose.py at
@@ -201,7 +203,7 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="runs side by side (each one uses every core by itself)")
     p.add_argument("--minutes", type=float, default=30.0, help="report the last evaluation within this many minutes")
     p.add_argument("--dirs", nargs="+", help="summarise these run directories instead of running")
-    p.add_argument("--out", default=os.path.join(ROOT, "results"))
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "learning"))
     p.add_argument("--recheck", type=int, default=0, help="re-evaluate each warm start and checkpoint this many times (sampling seeds)")
     p.add_argument("--recheck-episodes", type=int, default=0, help="held-out episodes per re-evaluation (0 = the run's --eval-episodes)")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra train.py flags")
@@ -216,7 +218,7 @@ def main(argv=None):
             codes = list(ex.map(lambda sd: run_seed(a.env, sd[0], sd[1], extra), zip(a.seeds, dirs)))
         if any(codes):
             sys.exit(f"bench/learning.py: error: train.py failed for seeds "
-                     f"{[s for s, c in zip(a.seeds, codes) if c]} (see results/runs/*.log)")
+                     f"{[s for s, c in zip(a.seeds, codes) if c]} (see results/learning/runs/*.log)")
     s = summarise([curve(d) for d in dirs], a.minutes)
     if a.recheck > 0:
         for c in s["runs"]:

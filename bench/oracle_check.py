@@ -17,7 +17,7 @@ Procedure, per configuration (each `--env-opt` is one, its words KEY=VALUE keydo
 Target: mean |A* − Â| ≤ 2 SE and no state beyond 4 SE. The oracle's one modelled
 approximation is the residual mass (responses that are no admissible action's canonical text),
 followed as one invalid turn with a fixed history entry; this check is what says whether that
-matters. Writes results/oracle_check.{md,csv} (--out); the runs share nothing with training runs.
+matters. Writes results/oracle_check/oracle_check.{md,csv} (--out); the runs share nothing with training runs.
 """
 from __future__ import annotations
 
@@ -194,7 +194,7 @@ def main(argv=None) -> None:
     ap.add_argument("--warmstart", default=DEFAULT_WARMSTART, help="policy folder (a cached warm start)")
     ap.add_argument("--history-len", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=os.path.join(ROOT, "results", "oracle_check"), help="writes OUT.md and OUT.csv")
+    ap.add_argument("--out", default=os.path.join(ROOT, "results", "oracle_check", "oracle_check"), help="writes OUT.md and OUT.csv")
     args = ap.parse_args(argv)
     configs = args.env_opt or DEFAULT_CONFIGS
     spec = envs.get_spec("keydoor")

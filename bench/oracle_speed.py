@@ -9,7 +9,7 @@ candidate action) and with `share_prompt=True` (each view's prompt once, its K/V
 candidate). Reports the wall seconds of each (the minimum over --repeats: the least disturbed run),
 the seconds inside the policy's scoring, the views scored, the candidate rows, and |ΔV| between the
 two (they compute the same probabilities; it should be float rounding). One thread, so two cores can
-hold it and another job. Writes results/oracle_speed.json (--out).
+hold it and another job. Writes results/speed/oracle_speed.json (--out: the folder).
 
 Leaves out: the pruning threshold's effect (eps fixed at the trainer's default) and batches of many
 roots (a training update solves from every turn of its batch; the shared work is the same kind).
@@ -70,7 +70,7 @@ def main(argv=None) -> dict:
     p.add_argument("--rooms", nargs="+", type=int, default=[4, 8])
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--warmstart", default=WARM, help="model folder of the policy")
-    p.add_argument("--out", default=os.path.join(ROOT, "results"))
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "speed"))
     args = p.parse_args(argv)
     if not os.path.isdir(args.warmstart):
         raise SystemExit(f"oracle_speed: --warmstart {args.warmstart}: no such model folder")

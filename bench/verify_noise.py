@@ -24,7 +24,7 @@ Under --verify-crn continuation k of both sides shares its sampling seeds and th
 (verify.py), so Var(Δ̂) = (σ²_post + σ²_pre − 2 Cov)/K: the neutral segment's two sides then agree
 on every continuation. Scripted policy, no model: seconds. Leaves out: the judge (the segments are
 given) and a learned policy's own sampling noise. Writes NAME.{md,csv} under --out (default
-results/verify_noise).
+results/verify_noise/verify_noise).
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def main(argv=None) -> None:
     p.add_argument("--k", nargs="+", type=int, default=[2, 8, 32], help="continuations per side")
     p.add_argument("--q", type=float, default=0.5, help="the scripted policy's key probability")
     p.add_argument("--n", type=int, default=200, help="estimates per (segment, K, CRN)")
-    p.add_argument("--out", default=os.path.join(ROOT, "results"))
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "verify_noise"))
     p.add_argument("--name", default="verify_noise")
     args = p.parse_args(argv)
     if args.n < 2 or not 0 <= args.q < 1 or min(args.k) < 1:

@@ -10,7 +10,7 @@ half of every batch and plays half of the success checks), which should take the
 steps to the same policy in less time. This runs `train.py --iters 0 --eval-every 0` (the warm
 start and nothing else) with an empty cache for each worker count, reads the cache's `done.json`
 (seconds, BC steps, the checks) and the process wall time, prints a table and writes
-results/warmstart.json. Run it alone on the machine: it is a timing.
+results/speed/warmstart.json. Run it alone on the machine: it is a timing.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", default="1,2", help="comma-separated worker counts to time")
     p.add_argument("--extra", default="", help="further train.py flags, e.g. \"--tiny-hidden 128\"")
-    p.add_argument("--out", default=os.path.join(ROOT, "results", "warmstart.json"))
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "speed", "warmstart.json"))
     a = p.parse_args()
     try:
         counts = [int(w) for w in a.workers.split(",")]

@@ -2,11 +2,13 @@
 file it comes from: an edited or regenerated result cannot leave a stale
 sentence behind.
 
-Each claim is (document, the text it quotes, where the figure lives): `cell(file, section, row,
-column)` reads one cell of a markdown table in results/ (section = the `## ` heading above the
-table, or "" for the first table of the file; row = the first column; column = a header prefix).
-A claim's text is built from the cells, so the test fails when the document and the file differ.
-Derived figures (a ratio, a range of savings) are recomputed from the cells here.
+Each claim is (document, the text it quotes, a row label or None): `cell(file, section, row,
+column)` reads one cell of a markdown table of a study (file = STUDY/NAME.md under results/;
+section = the `## ` heading above the table, or "" for the first table of the file; row = the
+first column; column = a header prefix). A claim's text is built from the cells, so the test fails
+when the document and the file differ. Derived figures (a ratio, a range of savings) are recomputed
+from the cells here. A claim with a label is the last cell of the one table row of results/README.md
+whose first cell is that label; `python tests/test_claims.py --refresh` rewrites those rows.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RES = os.path.join(ROOT, "results")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-import labs  # noqa: E402  (md_rows: the one reader of results/*.md tables)
+import labs  # noqa: E402  (md_rows: the one reader of results/STUDY/*.md tables)
 
 
 def read(path: str) -> str:
@@ -55,11 +57,11 @@ def number(s: str) -> float:
 
 
 def gradient(config: str, method: str, column: str) -> str:
-    """credit_gradient.md is keyed by (config, policy, method): the warm-start row of `method`."""
-    header, body = rows_of("credit_gradient.md")
+    """credit_gradient/credit_gradient.md is keyed by (config, policy, method): the warm-start row of `method`."""
+    header, body = rows_of("credit_gradient/credit_gradient.md")
     j = next(i for i, h in enumerate(header) if h.startswith(column))
     hits = [r for r in body if r[0] == config and r[2] == method and "warmstarts" in r[1]]
-    assert len(hits) == 1, f"credit_gradient.md: {len(hits)} rows {config} {method}"
+    assert len(hits) == 1, f"credit_gradient/credit_gradient.md: {len(hits)} rows {config} {method}"
     return hits[0][j]
 
 
@@ -68,7 +70,7 @@ AVG = "average over benchmarks"
 
 def avg(method: str) -> str:
     """The average table's paired Δ, raw p and Holm p of `method`, as results/README.md quotes them."""
-    header, rows = table("compare.md", AVG)
+    header, rows = table("compare/compare.md", AVG)
     r = rows[method]
     return f"{r[header.index('paired Δ vs GRPO')]}, p {r[header.index('p')]}, Holm {r[header.index('p (Holm, this table)')]}"
 
@@ -77,123 +79,190 @@ def lab_mid(file: str, rooms: int, method: str) -> str:
     return cell(file, f"rooms = {rooms}", method, "Δ q_key vs GRPO at update 10")
 
 
-def headline_claims() -> list[tuple[str, str]]:
-    """(document, quoted text) pairs, the text built from the results files."""
-    pp = " / ".join(lab_mid("credit_lab.md", r, "prover-plus") for r in (4, 8, 16))
-    pv = " / ".join(lab_mid("credit_lab.md", r, "prover") for r in (4, 8, 16))
+GUIDE = "results/README.md"
+PHASE = "credit_phase/credit_phase.md"
+LADDER = "credit_ladder/credit_ladder.md"
+TINY_LADDER = "credit_ladder_tinygap/credit_ladder_tinygap.md"
+LAM3 = "prover-plus:lam=3,negative_credit=true,verify_k=4"     # the ladder's option arm (README names its flags)
+TINYGAP = "rooms=4,p_key=0.55,p_nokey=0.45@3"                   # credit_ladder_tinygap.md's regime (its own study)
+REGIMES = ("rooms=4,p_key=0.6,p_nokey=0.4@10", "rooms=4,apples=1,reward=score@10")
+JMAX = "prover-plus:lam=3,negative_credit=true,verify_k=1,judge_max=3"    # the tiny gap's budget arm
+
+# results/README.md's tables: one row per phase cell and per ladder arm, found by its first cell (the
+# label below) and rewritten by --refresh; the guide's legend names the cells behind the labels.
+PHASE_ROWS = [     # (label, phase cell, GRPO's best lr multiplier there: checked against the file)
+    ("small gap ×10", "rooms=4,p_key=0.6,p_nokey=0.4", "10"),
+    ("distractors ×10", "rooms=4,apples=1,reward=score", "10"),
+    ("tiny gap ×3", "rooms=4,p_key=0.55,p_nokey=0.45", "3"),
+    ("8 rooms ×10", "rooms=8,p_key=0.6,p_nokey=0.4", "10"),
+    ("12 rooms ×10", "rooms=12,p_key=0.6,p_nokey=0.4", "10"),
+    ("trap ×3", "rooms=4,p_key=0.6,p_nokey=0.4,trap=0.5", "3"),
+]
+REGIME_NAMES = {REGIMES[0]: "small gap", REGIMES[1]: "distractors", TINYGAP: "tiny gap"}
+ARM_NAMES = {LAM3: "λ3 K4", f"{LAM3},judge_max=3": "λ3 K4 jm3", LAM3.replace("verify_k=4", "verify_k=1"): "λ3 K1",
+             LAM3.replace("verify_k=4", "verify_k=2"): "λ3 K2", JMAX: "λ3 K1 jm3"}
+
+
+def ladder_arms() -> list[tuple[str, str, str, str]]:
+    """(label, file, regime, method) of every ProVer arm of the two ladder tables, in their order."""
+    out = []
+    for file in (LADDER, TINY_LADDER):
+        for regime, method in ladder_rows(file)[1]:
+            if method not in ("grpo", "oracle"):
+                out.append((f"{REGIME_NAMES[regime]}, {ARM_NAMES.get(method, method)}", file, regime, method))
+    return out
+
+
+def headline_claims() -> list[tuple[str, str, str | None]]:
+    """(document, quoted text, row label): the text built from the results files; the label names the
+    table row of results/README.md whose last cell is exactly that text (None: a phrase in prose)."""
+    pp = " / ".join(lab_mid("credit_lab/credit_lab.md", r, "prover-plus") for r in (4, 8, 16))
+    pv = " / ".join(lab_mid("credit_lab/credit_lab.md", r, "prover") for r in (4, 8, 16))
     ladder = "; ".join(f"{m} {gradient('rooms=8', m, 'cosine')}, {gradient('rooms=8', m, 'SNR')}"
                        for m in ("grpo", "oracle-rb", "prover-plus", "prover-plus-exact", "oracle-add", "oracle"))
     alf = "alfworld"
-    tok_p = cell("compare.md", alf, "prover", "policy tokens")
-    tok_s = cell("compare.md", alf, "spo-chain", "policy tokens")
-    return [
-        ("results/README.md", f"paired Δ {avg('prover')} (family: the average table's 8 rows)"),
-        ("results/README.md", avg("prover-plus")),
-        ("results/README.md", avg("gigpo")),
-        ("results/README.md", avg("criticsearch")),
-        ("results/README.md", f"policy tokens per update {tok_p} vs GRPO on the same 10 seeds, i.e. "
-                              f"{1 + number(tok_p.split('(')[1]) / 100:.2f}×"),
-        ("results/README.md", f"{tok_s} on its 4 seeds, i.e. {1 + number(tok_s.split('(')[1]) / 100:.2f}× GRPO on those seeds"),
-        ("results/README.md", pp),
-        ("results/README.md", pv),
-        ("results/README.md", ladder),
-        ("results/README.md", adaptive_bias_text()),
-        ("results/README.md", phase_text("rooms=4,p_key=0.6,p_nokey=0.4")),
-        ("results/README.md", phase_text("rooms=4,apples=1,reward=score")),
-        ("results/README.md", phase_text("rooms=4,p_key=0.55,p_nokey=0.45", "3")),
-        ("results/README.md", phase_text("rooms=8,p_key=0.6,p_nokey=0.4")),
-        ("results/README.md", phase_text("rooms=12,p_key=0.6,p_nokey=0.4", ROOMS12_BEST)),
-        ("results/README.md", phase_text("rooms=4,p_key=0.6,p_nokey=0.4,trap=0.5", "3")),
-        ("results/README.md", ladder_text(REGIMES[0])),
-        ("results/README.md", ladder_text(REGIMES[1])),
-        ("results/README.md", tinygap_text()),
+    tok_p = cell("compare/compare.md", alf, "prover", "policy tokens")
+    tok_s = cell("compare/compare.md", alf, "spo-chain", "policy tokens")
+    prose = [
+        f"paired Δ {avg('prover')} (family: the average table's 8 rows)",
+        avg("prover-plus"),
+        avg("gigpo"),
+        avg("criticsearch"),
+        f"policy tokens per update {tok_p} vs GRPO on the same 10 seeds, i.e. {1 + number(tok_p.split('(')[1]) / 100:.2f}×",
+        f"{tok_s} on its 4 seeds, i.e. {1 + number(tok_s.split('(')[1]) / 100:.2f}× GRPO on those seeds",
+        pp,
+        pv,
+        ladder,
+        adaptive_bias_text(),
+        oracle_check_text(),
+        verify_noise_text(),
+        "re-evaluated gains " + ", ".join(labs.learning_gain(s) for s in (0, 1, 2)),
+        learning_text("webshop"),
+        learning_text("searchqa"),
+        diagnose_text(),
     ]
+    rows = [(label, phase_row(c, m)) for label, c, m in PHASE_ROWS]
+    rows += [(label, ladder_row(file, regime, m)) for label, file, regime, m in ladder_arms()]
+    return [(GUIDE, t, None) for t in prose] + [(GUIDE, t, label) for label, t in rows]
 
 
-ROOMS12_BEST = "10"     # GRPO's best multiplier at 12 rooms (phase_text checks it against the file)
-LAM3 = "prover-plus:lam=3,negative_credit=true,verify_k=4"     # the ladder's option arm (README names its flags)
-TINYGAP = "rooms=4,p_key=0.55,p_nokey=0.45@3"                   # credit_ladder_tinygap.md's regime (its own study)
-
-
-def tinygap_text() -> str:
-    return ladder_text(TINYGAP, "credit_ladder_tinygap.md")
-REGIMES = ("rooms=4,p_key=0.6,p_nokey=0.4@10", "rooms=4,apples=1,reward=score@10")
-
-
-def ladder_rows(file: str = "credit_ladder.md") -> tuple[list[str], dict]:
+def ladder_rows(file: str = LADDER) -> tuple[list[str], dict]:
     """A ladder table's header and {(regime, method): row}."""
     header, body = rows_of(file)
     ri, mi = header.index("regime"), header.index("method")
     return header, {(x[ri], x[mi]): x for x in body}
 
 
-def ladder_text(regime: str, file: str = "credit_ladder.md") -> str:
-    """One regime of a ladder table: oracle's speed and Δ AUC; per ProVer arm its Δ AUC (p, Holm over
-    the table's tests), credit efficiency, the E ≥ ½ test's Holm p and tokens × GRPO."""
+def ladder_row(file: str, regime: str, method: str) -> str:
+    """One ProVer arm of a ladder table: its Δ AUC (Holm over the table's tests), credit efficiency E,
+    the Holm p of the paired test of E against ½ (two-sided) and tokens × GRPO."""
     header, r = ladder_rows(file)
-    col = {k: header.index(k) for k in ("speed (× GRPO)", "Δ AUC vs GRPO", "credit efficiency", "tokens × GRPO")}
-    p = [i for i, h in enumerate(header) if h == "p"]               # Δ AUC's p, then the E ≥ ½ test's
-    holm = [i for i, h in enumerate(header) if h == "p (Holm)"]
+    col = {k: header.index(k) for k in ("Δ AUC vs GRPO", "credit efficiency", "tokens × GRPO")}
+    holm = [i for i, h in enumerate(header) if h == "p (Holm)"]    # Δ AUC's, then the E ≥ ½ test's
     n = sum(x[col["Δ AUC vs GRPO"]] != "–" for x in r.values()) + sum(x[col["credit efficiency"]] != "–" for x in r.values())
     assert f"Holm over the table's {n} tests" in read(f"results/{file}")
-    o = r[(regime, "oracle")]
-    parts = [f"oracle: speed {o[col['speed (× GRPO)']]}, Δ AUC {o[col['Δ AUC vs GRPO']]}, p {o[p[0]]}, Holm {o[holm[0]]}"]
-    for (reg, m), x in r.items():                                  # the ProVer arms in the table's order
-        if reg != regime or m in ("grpo", "oracle"):
-            continue
-        parts.append(f"{m}: Δ AUC {x[col['Δ AUC vs GRPO']]}, Holm {x[holm[0]]}, credit efficiency "
-                     f"{x[col['credit efficiency']]}, E ≥ ½ Holm {x[holm[1]]}, tokens × GRPO {x[col['tokens × GRPO']]}")
-    return f"{regime} — " + "; ".join(parts)
+    x = r[(regime, method)]
+    return (f"Δ AUC {x[col['Δ AUC vs GRPO']]}, Holm {x[holm[0]]}; E {x[col['credit efficiency']]}, vs ½ Holm "
+            f"{x[holm[1]]}; tokens {x[col['tokens × GRPO']]}")
 
 
-def phase_text(cell: str, mult: str = "10") -> str:
+def phase_row(cell: str, mult: str) -> str:
     """A phase-screen cell at GRPO's best multiplier (`mult`): oracle's speed ratio, the seeds ≥ 2×
     faster and the paired Δ AUC (p, Holm over the table's Δ AUC tests)."""
-    header, body = rows_of("credit_phase.md")
+    header, body = rows_of(PHASE)
     col = {k: header.index(k) for k in ("speed (× GRPO's updates)", "seeds ≥ 2× faster", "Δ AUC vs GRPO", "p", "p (Holm)")}
     x = next(x for x in body if x[0] == cell and x[1] == mult and x[2] == "oracle")
     best = next(x for x in body if x[0] == cell and x[1].startswith("GRPO's best lr"))
     assert best[1].endswith(f": {mult}"), f"{cell}: GRPO's best multiplier is not ×{mult} ({best[1]})"
     n = sum(x[2] == "oracle" for x in body)                        # the Holm family: every Δ AUC row
-    assert f"Holm's adjustment over the table's {n} Δ AUC tests" in read("results/credit_phase.md")
+    assert f"Holm's adjustment over the table's {n} Δ AUC tests" in read(f"results/{PHASE}")
     sp, fast, d, pp, h = (x[col[k]] for k in ("speed (× GRPO's updates)", "seeds ≥ 2× faster", "Δ AUC vs GRPO", "p", "p (Holm)"))
-    return f"{cell} at lr ×{mult}: speed {sp} ({fast} seeds ≥ 2× faster), Δ AUC {d}, p {pp}, Holm {h}"
+    return f"speed {sp}, {fast} seeds ≥ 2× faster; Δ AUC {d}, p {pp}, Holm {h}"
 
 
 def adaptive_bias_text() -> str:
     rows = {}
-    for ln in read("results/adaptive_bias.md").splitlines():
+    for ln in read("results/adaptive_bias/adaptive_bias.md").splitlines():
         c = [x.strip() for x in ln.strip().strip("|").split(" | ")]
         if ln.startswith("| 0.5 | off |"):
             rows[c[2]] = c
-    f = lambda name: f"{name} mean Δ̂ {rows[name][4]} (bias {rows[name][6]}, {rows[name][7]} MC SE, {rows[name][8]} continuations / side)"  # noqa: E731
+    f = lambda name: f"{name} {rows[name][4]} (bias {rows[name][6]}, {rows[name][7]} MC SE, {rows[name][8]} per side)"  # noqa: E731
     return "; ".join(f(n) for n in ("fixed-2", "pooled", "fresh"))
 
 
-N_CLAIMS = 19      # len(headline_claims()); fixed here so that building the claims happens inside the tests:
-                   # a results file that lost a row then fails these tests instead of aborting the whole
-                   # suite at collection
+def oracle_check_text() -> str:
+    """oracle_check.md's summary line and its verdict on the target."""
+    text = read("results/oracle_check/oracle_check.md")
+    line = re.search(r"\*\*A\\\* − Â: (mean \|difference\| [^*]+)\*\*", text).group(1)
+    verdict = re.search(r"no state beyond 4 SE: (\w+)\)", text).group(1)
+    return f"{line} (target: mean |A* − Â| ≤ 2 SE, no state beyond 4 SE: {verdict})"
+
+
+def verify_noise_text() -> str:
+    """verify_noise.md: the pivotal segment's SD(Δ̂) by K without CRN; the neutral one's false credit, without and with CRN."""
+    header, body = rows_of("verify_noise/verify_noise.md")
+    r = {(x[0], x[1], x[2]): x for x in body}
+    sd, cr = header.index("SD(Δ̂)"), header.index("credited (Δ̂ > 0)")
+    ks = sorted({x[1] for x in body}, key=int)
+    piv = " / ".join(r["pivotal", k, "off"][sd] for k in ks)
+    neu = " / ".join(r["neutral", k, "off"][cr] for k in ks)
+    crn = " / ".join(r["neutral", k, "on"][cr] for k in ks)
+    return (f"pivotal segment (A_seg {r['pivotal', ks[0], 'off'][3]}): SD(Δ̂) {piv} at K = {' / '.join(ks)}; "
+            f"neutral segment (A_seg {r['neutral', ks[0], 'off'][3]}): falsely credited {neu}, with CRN {crn}")
+
+
+def learning_text(env: str) -> str:
+    """learning_ENV.md's one seed: warm start, the last evaluation within 30 minutes, and the gain (score in brackets)."""
+    header, (x,) = rows_of(f"learning/learning_{env}.md")
+    assert header[5] == "within 30 min (update)" and header[6] == "within − warm"
+    return f"warm start {x[1]}, after 30 min {x[5]}, gain {x[6]}"
+
+
+def diagnose_text() -> str:
+    """diagnose_learning-alfworld-s1.md: non-admissible and repeated turns at each temperature."""
+    header, body = rows_of("diagnose/diagnose_learning-alfworld-s1.md")
+    na, rep = header.index("non-admissible turns"), header.index("repeated actions")
+    return "; ".join(f"T = {x[0]}: non-admissible turns {x[na]}, repeated actions {x[rep]}" for x in body)
+
+
+N_CLAIMS = 16 + 6 + 11   # len(headline_claims()); fixed here so that building the claims happens inside the tests:
+                         # a results file that lost a row then fails these tests instead of aborting the whole
+                         # suite at collection
+
+
+def guide_row(label: str, lines: list[str] | None = None) -> list[int]:
+    """Indices of results/README.md's table rows whose first cell is `label`."""
+    lines = read(GUIDE).split("\n") if lines is None else lines
+    return [i for i, ln in enumerate(lines) if ln.startswith("| ") and row_cells(ln)[0] == label]
+
+
+def row_cells(ln: str) -> list[str]:
+    return [c.strip() for c in ln.strip().strip("|").split(" | ")]
 
 
 @pytest.mark.parametrize("i", range(N_CLAIMS))
 def test_headline_figure_matches_its_file(i):
     claims = headline_claims()
     assert len(claims) == N_CLAIMS, "update N_CLAIMS"
-    doc, text = claims[i]
+    doc, text, label = claims[i]
     assert text in read(doc), f"{doc} does not quote (or quotes a stale version of):\n{text}"
+    if label is not None:                 # a table row: its last cell is the claim, nothing else
+        lines = read(doc).split("\n")
+        (k,) = guide_row(label, lines)
+        assert row_cells(lines[k])[-1] == text, (label, lines[k])
 
 
 def test_holm_survivors_named_in_prose_are_the_files_survivors():
     """README's one-line verdicts: GiGPO is the one method whose benchmark average survives Holm
     in the average table; prover-plus's early lead survives Holm at every horizon of the lab table."""
-    header, rows = table("compare.md", AVG)
+    header, rows = table("compare/compare.md", AVG)
     j = header.index("p (Holm, this table)")
     survivors = [m for m, r in rows.items() if r[j] not in ("–",) and float(r[j]) < 0.05]
     assert survivors == ["gigpo"]
     assert (f"GiGPO is the one method whose average differs from GRPO's after Holm (p {rows['gigpo'][j]} over the "
             f"average table's {len(rows) - 1} rows)") in read("README.md")
     for r in (4, 8, 16):
-        holm = float(re.search(r"Holm ([0-9.]+)\)", lab_mid("credit_lab.md", r, "prover-plus")).group(1))
+        holm = float(re.search(r"Holm ([0-9.]+)\)", lab_mid("credit_lab/credit_lab.md", r, "prover-plus")).group(1))
         assert holm < 0.05
     assert "prover-plus leads GRPO early at every horizon (Holm p < 0.05" in read("README.md")
 
@@ -205,9 +274,9 @@ def test_verification_token_savings_quoted_are_the_tables_ranges():
         a = number(cell(file, f"rooms = {rooms}", arm, "verify tokens / credited"))
         b = number(cell(file, f"rooms = {rooms}", ref, "verify tokens / credited"))
         return round(100 * (1 - a / b))
-    ak = [saving("prover_plus.md", 4, arm, "prover-plus") for arm in ("prover-plus-ak", "prover-plus-ak2")]
-    alone = [saving(f, 8 if f == "prover_options.md" else 16, arm, "prover")
-             for f in ("prover_options.md", "prover_options_r16.md") for arm in ("prover-adaptive-k", "prover-crn")]
+    ak = [saving("prover_plus/prover_plus.md", 4, arm, "prover-plus") for arm in ("prover-plus-ak", "prover-plus-ak2")]
+    alone = [saving(f, 8 if f == "prover_options/prover_options.md" else 16, arm, "prover")
+             for f in ("prover_options/prover_options.md", "prover_options/prover_options_r16.md") for arm in ("prover-adaptive-k", "prover-crn")]
     text = read("results/README.md")
     assert f"{min(ak)}–{max(ak)}% for the prover-plus-ak and -ak2 arms (rooms 4" in text, ak
     assert f"{min(alone)}–{max(alone)}% for the options alone" in text, alone
@@ -215,7 +284,7 @@ def test_verification_token_savings_quoted_are_the_tables_ranges():
 
 def test_adaptive_bias_range_in_the_index_is_the_files():
     """results/README.md's index says the pooled estimate is "biased upward by 0.07–0.12"."""
-    b = [float(ln.split(" | ")[6]) for ln in read("results/adaptive_bias.md").splitlines() if " | pooled | " in ln]
+    b = [float(ln.split(" | ")[6]) for ln in read("results/adaptive_bias/adaptive_bias.md").splitlines() if " | pooled | " in ln]
     assert len(b) == 6 and min(b) > 0
     assert f"biased upward by {min(b):.2f}–{max(b):.2f}" in read("results/README.md"), (min(b), max(b))
 
@@ -224,12 +293,11 @@ WEAK = {"rooms=4,p_key=0.6,p_nokey=0.4": "small gap", "rooms=4,p_key=0.55,p_noke
         "rooms=4,apples=1,reward=score": "distractor rewards", "rooms=8,p_key=0.6,p_nokey=0.4": "8 rooms"}
 FEWER = {"rooms=4,keys=2": "two keys", "rooms=4,p_key=0.6,p_nokey=0.4,trap=0.5": "a trap",
          "rooms=4,p_key=0.6,p_nokey=0.4,group_size=4": "G = 4"}
-JMAX = "prover-plus:lam=3,negative_credit=true,verify_k=1,judge_max=3"    # the tiny gap's budget arm
 
 
 def phase_best(cell: str) -> tuple[list[str], list[str]]:
     """A phase cell's oracle row at GRPO's best multiplier (and the table's header)."""
-    header, body = rows_of("credit_phase.md")
+    header, body = rows_of("credit_phase/credit_phase.md")
     best = next(x for x in body if x[0] == cell and x[1].startswith("GRPO's best"))[1].split(": ")[1]
     return header, next(x for x in body if x[0] == cell and x[1] == best and x[2] == "oracle")
 
@@ -256,7 +324,7 @@ def test_readme_ladder_sentences_follow_the_files():
               "with a tiny gap (0.55 / 0.45; GRPO's best rate ×3) at 1.5× GRPO's tokens judging every mixed group, and at "
               "1.2× with `--verify-k 1 --judge-max 3` (3 of the update's 8 groups judged), keeping 0.72 of the gain."):
         assert s in text, s
-    header, _ = rows_of("credit_phase.md")
+    header, _ = rows_of("credit_phase/credit_phase.md")
     k, sp = header.index("seeds ≥ 2× faster"), header.index("speed (× GRPO's updates)")
     for cell in WEAK:
         _, row = phase_best(cell)
@@ -267,9 +335,9 @@ def test_readme_ladder_sentences_follow_the_files():
         fast, n = (int(v) for v in row[k].split(" of "))
         assert fast <= n / 2, (cell, row)
     import csv
-    with open(os.path.join(RES, "credit_phase.csv")) as f:
+    with open(os.path.join(RES, "credit_phase", "credit_phase.csv")) as f:
         runs = list(csv.DictReader(f))
-    _, body = rows_of("credit_phase.md")
+    _, body = rows_of("credit_phase/credit_phase.md")
     collapsed = []
     for x in body:
         if x[1].startswith("GRPO's best"):
@@ -289,7 +357,7 @@ def test_readme_ladder_sentences_follow_the_files():
     assert number(x[col["credit efficiency"]]) > 0.5 and lo > 0.5 and number(x[col["tokens × GRPO"]]) <= 1.3
     assert "K = 4 most of it (its CI above half) at about GRPO's tokens" in text
     assert "judging 3 of 8 groups per update over half after Holm at 1.2×" in text
-    header, r = ladder_rows("credit_ladder_tinygap.md")
+    header, r = ladder_rows("credit_ladder_tinygap/credit_ladder_tinygap.md")
     col = {k: header.index(k) for k in ("speed (× GRPO)", "credit efficiency", "tokens × GRPO")}
     holm = [i for i, x in enumerate(header) if x == "p (Holm)"]
     assert number(r[(TINYGAP, "oracle")][col["speed (× GRPO)"]]) < 0.5
@@ -299,63 +367,50 @@ def test_readme_ladder_sentences_follow_the_files():
     jm = r[(TINYGAP, JMAX)]
     assert number(jm[col["credit efficiency"]]) > 0.5 and number(jm[holm[1]]) < 0.05
     assert f"{number(jm[col['tokens × GRPO']]):.1f}" == "1.2" and f"{number(jm[col['credit efficiency']]):.2f}" == "0.72"
-    best = next(x for x in rows_of("credit_phase.md")[1] if x[0] == TINYGAP.split("@")[0] and x[1].startswith("GRPO's best"))
+    best = next(x for x in rows_of("credit_phase/credit_phase.md")[1] if x[0] == TINYGAP.split("@")[0] and x[1].startswith("GRPO's best"))
     assert best[1].endswith(": 3"), best
 
 
 # ---------------------------------------------------------------------------------------------
 # Refreshing results/README.md's generated rows:  python tests/test_claims.py --refresh
 # ---------------------------------------------------------------------------------------------
-def claim_key(text: str) -> str | None:
-    """The leading key that names what a phase or ladder claim is about ("CELL at lr ×M:" or
-    "REGIME — "); None for the other claims, which are edited by hand."""
-    m = re.match(r"^(\S+ at lr ×\S+:|\S+ — )", text)
-    return m.group(1) if m else None
-
-
-def refresh_rows(doc: str = "results/README.md", root: str = ROOT) -> list[str]:
-    """Rewrite the middle cell of every row of `doc` that starts with a phase or ladder claim's key
-    with that claim as the files now give it (after a study grew or was re-reported); returns the
-    keys rewritten. The tests above then check every claim, so a row this cannot find still fails."""
+def refresh_rows(doc: str = GUIDE, root: str = ROOT) -> list[str]:
+    """Rewrite the last cell of every table row of `doc` that a phase or ladder claim labels (its first
+    cell) with that claim as the files now give it (after a study grew or was re-reported); returns
+    the labels rewritten. The tests above then check every claim, so a row this cannot find still fails."""
     with open(os.path.join(root, doc)) as f:
         lines = f.read().split("\n")
     done = []
-    for d, text in headline_claims():
-        key = claim_key(text)
-        if d != doc or key is None:
+    for d, text, label in headline_claims():
+        if d != doc or label is None:
             continue
-        for i, ln in enumerate(lines):
-            cells = ln.split(" | ")
-            if ln.startswith("| ") and len(cells) >= 3 and cells[1].startswith(key):
-                lines[i] = " | ".join([cells[0], text] + cells[2:])
-                done.append(key)
+        for k in guide_row(label, lines):
+            lines[k] = "| " + " | ".join(row_cells(lines[k])[:-1] + [text]) + " |"
+            done.append(label)
     with open(os.path.join(root, doc), "w") as f:
         f.write("\n".join(lines))
     return done
 
 
 def test_refresh_finds_every_generated_row():
-    """Every phase and ladder claim has a row that --refresh can find by its key (one row each)."""
-    lines = read("results/README.md").split("\n")
-    for _, text in headline_claims():
-        key = claim_key(text)
-        if key is not None:
-            hits = [ln for ln in lines if ln.startswith("| ") and ln.split(" | ")[1:2] and ln.split(" | ")[1].startswith(key)]
-            assert len(hits) == 1, (key, len(hits))
+    """Every phase and ladder claim has a row that --refresh can find by its label (one row each)."""
+    labels = [label for _, _, label in headline_claims() if label is not None]
+    assert len(labels) == len(set(labels))
+    for label in labels:
+        assert len(guide_row(label)) == 1, (label, len(guide_row(label)))
 
 
 def test_refresh_rewrites_a_stale_row_and_leaves_the_rest(tmp_path):
     """--refresh on a copy of results/README.md whose tiny-gap phase row is stale: that row gets the
     file's claim back; every other line is unchanged."""
-    key = "rooms=4,p_key=0.55,p_nokey=0.45 at lr ×3:"
-    good = read("results/README.md")
+    label = "tiny gap ×3"
+    good = read(GUIDE)
     lines = good.split("\n")
-    i = next(k for k, ln in enumerate(lines) if ln.startswith("| ") and ln.split(" | ")[1].startswith(key))
-    cells = lines[i].split(" | ")
-    lines[i] = " | ".join([cells[0], key + " speed 9.99 (stale)"] + cells[2:])
+    (k,) = guide_row(label, lines)
+    lines[k] = "| " + " | ".join(row_cells(lines[k])[:-1] + ["speed 9.99 (stale)"]) + " |"
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "README.md").write_text("\n".join(lines))
-    assert key in refresh_rows(root=str(tmp_path))
+    assert label in refresh_rows(root=str(tmp_path))
     assert (tmp_path / "results" / "README.md").read_text() == good
 
 

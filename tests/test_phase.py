@@ -39,16 +39,16 @@ def test_a_real_screen_runs_resumes_and_reports(tmp_path):
            "--seeds", "0", "--iters", "2", "--out", str(tmp_path), "--", "--bc-episodes", "20", "--bc-steps", "20"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert r.returncode == 0, r.stderr[-800:]
-    md = (tmp_path / "credit_phase.md").read_text()
+    md = (tmp_path / "credit_phase" / "credit_phase.md").read_text()     # the report beside the runs: --name credit_phase/credit_phase
     rows = [ln for ln in md.splitlines() if ln.startswith("| rooms=3")]
     assert [ln.split(" | ")[2] for ln in rows[:2]] == ["grpo", "oracle"]
-    assert (tmp_path / "credit_phase.png").stat().st_size > 5000
+    assert (tmp_path / "credit_phase" / "credit_phase.png").stat().st_size > 5000
     assert len(list((tmp_path / "summaries" / "credit_phase").iterdir())) == 2
     import shutil
     shutil.rmtree(tmp_path / "credit_phase" / "runs")          # the kept summaries stand in for the runs
     r2 = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r2.returncode == 0 and r2.stdout.count("skipped (done)") + r2.stderr.count("skipped (done)") == 2
-    assert (tmp_path / "credit_phase.md").read_text().split("Command:")[1] == md.split("Command:")[1]
+    assert (tmp_path / "credit_phase" / "credit_phase.md").read_text().split("Command:")[1] == md.split("Command:")[1]
     # the ladder on the same study reuses the screen's GRPO and oracle runs and trains only ProVer
     lad = [sys.executable, os.path.join(ROOT, "bench", "credit_ladder.py"), "--regimes", "rooms=3,group_size=2,tasks_per_iter=2@1",
            "--methods", "grpo", "oracle", "prover:verify_crn=true,verify_k=2", "--seeds", "0", "--iters", "2", "--out", str(tmp_path),
@@ -57,14 +57,14 @@ def test_a_real_screen_runs_resumes_and_reports(tmp_path):
     assert r3.returncode == 0, r3.stderr[-800:]
     assert r3.stdout.count("skipped (done)") + r3.stderr.count("skipped (done)") == 2
     import csv
-    rows = list(csv.DictReader(open(tmp_path / "credit_ladder.csv")))
+    rows = list(csv.DictReader(open(tmp_path / "credit_ladder" / "credit_ladder.csv")))
     assert [r["method"] for r in rows] == ["grpo", "oracle", "prover:verify_crn=true,verify_k=2"]
     import json                                     # the arm's own settings reached its run
     cfg = json.load(open(tmp_path / "credit_phase" / "runs" / "rooms3-group_size2-tasks_per_iter2-lr1-prover-verify_crntrue-verify_k2-s0" / "config.json"))
     assert cfg["method"] == "prover" and cfg["verify_crn"] is True and cfg["verify_k"] == 2
     assert {"regime", "method", "seed", "auc", "updates_to_grpo_final", "tokens_per_update"} <= set(rows[0])
     assert float(rows[0]["tokens_ratio"]) == 1.0 and float(rows[2]["tokens_per_update"]) > 0
-    assert (tmp_path / "credit_ladder.png").stat().st_size > 5000
+    assert (tmp_path / "credit_ladder" / "credit_ladder.png").stat().st_size > 5000
 
 
 def test_credit_efficiency_and_the_half_test_are_the_hand_computations():
