@@ -1,36 +1,16 @@
-"""records.py — what the credit step saw and did, one compact JSON line per update, and the
-optional external loggers (`--log tensorboard,wandb`).
+"""What the credit step saw and did, one compact JSON line per update, and the optional external
+loggers (`--log tensorboard,wandb`).
 
-What it implements
-------------------
-`<out>/records.jsonl`: one line per policy update (step ≥ 1), written by train.py on rank 0 after
-the credit step, before the metrics row and the checkpoint of that update. For every method it
-holds up to MAX_GROUPS rollout groups of the update (all ranks' groups compete), each with:
-
-    its task, G, successes, ProVer-eligibility (1..3 successes, also SPO's and CriticSearch's rule)
-    a status:  credited      ProVer: Δ̂ > margin, credit applied; other methods: at least one
-                             turn's final advantage differs from its GRPO advantage
-               not credited  ProVer: judged and verified, Δ̂ ≤ margin
-               dropped       ProVer: the judge's proposal was dropped (`reason` says why)
-               eligible      eligible, advantages unchanged
-               mixed         outcomes differ but not eligible (a GRPO signal only)
-               uniform       every outcome equal (GRPO advantage 0)
-    per trajectory: outcome R, won, per turn the GRPO advantage (`A`) and the final one after the
-        method's credit (`F`), validity (`ok`: v = well-formed and admissible, x = no <action>
-        tags, n = well-formed but not admissible), the env's ground-truth label (`truth`, keydoor's
-        "key"/"trap", never shown to the policy or judge) and, for up to TEXT_TURNS turns, the
-        action, the observation it got (truncated) and the raw output of a malformed turn
-    ProVer only (`judge`): the examined success, the proposal (failure mode, rationale, segment
-        ℓ..r, validation status, repairs, tool calls count) or the drop reason, Δ̂ ± SE, K, and the
-        outcomes of the K continuations from s_pre and from s_post; with an issue-#22 option on
-        (prover.py) also the bonus added, the credit test, CRN (paired, the unpaired SE `se_ind`),
-        the adaptive-K rounds, the judge's success-choice fallback (`choice`), up to MAX_MATCHED
-        matched runs [traj, turn] and up to MAX_NEG negative-credit alternatives
-and the update's method stats (the metrics row's prover/*, gigpo/*, spo/*, critic/*, matched/*,
-credit/*, lab/* keys). What GiGPO, SPO and CriticSearch did per turn is read off `F − A`.
-
-Which groups (N = MAX_GROUPS = 4 per update): credited first, then judged (not credited), dropped,
-changed by the method, eligible, mixed, uniform; ties by global group id.
+What it implements: `<out>/records.jsonl`, one line per policy update (step ≥ 1), written by
+train.py on rank 0 after the credit step, before the metrics row and the checkpoint of that
+update. For every method it holds up to MAX_GROUPS rollout groups of the update (all ranks' groups
+compete: credited first, then judged, dropped, eligible, mixed, uniform; `group_entries`), each
+with its task, G, successes, ProVer-eligibility, a status (`group_status`), per trajectory the
+outcome, per turn the GRPO advantage `A` and the final one `F` after the method's credit,
+validity, the env's ground-truth label and, for up to TEXT_TURNS turns, the text; for ProVer the
+judge's proposal and its verification (`judge_entry`); and the update's method stats (the metrics
+row's prover/*, gigpo/*, spo/*, critic/*, matched/*, credit/*, lab/* keys). What GiGPO, SPO and
+CriticSearch did per turn is read off `F − A`.
 
 Line format (keys are short on purpose):
     {"v": 1, "step": s, "method": m, "groups_total": n, "stats": {...},
@@ -43,14 +23,12 @@ Line format (keys are short on purpose):
 
 Size bound: at most MAX_GROUPS groups × MAX_TRAJ trajectories × MAX_TURNS turns of numbers, text
 for TEXT_TURNS turns (+ a segment's ≤ 4) with strings cut to CAP bytes of JSON (escapes counted);
-the worst case of all that is `worst_case_bytes()` ≈ 0.2 MB, and a line is never longer than
-MAX_RECORD_BYTES = 256 KiB (checked on writing: groups are dropped from the end until it fits,
-counted in "trimmed"). Measured: keydoor (4 rooms, G = 8) ≈ 16 KB per update; ALFWorld groups of
-eight 50-turn trajectories with every string at its cap ≈ 94 KB (≤ 19 MB for 200 updates).
+the worst case is `worst_case_bytes()` ≈ 0.2 MB, and no line exceeds MAX_RECORD_BYTES = 256 KiB
+(groups are dropped from the end until it fits, counted in "trimmed").
 
-Crash safety: a line is appended with one write call (rundir.append_jsonl); a line cut by a kill
-is skipped on reading, and `--resume` drops the lines past the checkpoint like metrics.jsonl
-(rundir.start_files).
+Crash safety: a line is appended with one write call (infra.rundir.append_jsonl); a line cut by a
+kill is skipped on reading, and `--resume` drops the lines past the checkpoint like metrics.jsonl
+(infra.rundir.start_files).
 
 Left out: prompts and token ids (rebuilt from the env), the judge's transcript (segments.md has its
 reading), turns past MAX_TURNS, the text of most turns of long trajectories (their numbers are
@@ -75,7 +53,19 @@ CAP = {"action": 60, "obs": 100, "raw": 60, "task": 200, "mode": 160, "why": 400
 MAX_STATS = 60                 # method stats kept per update
 MAX_MATCHED, MAX_NEG = 16, 4   # ProVer --credit-scope matched runs / --negative-credit alternatives kept per group
 MAX_RECORD_BYTES = 256 * 1024  # hard limit per line (enforced in `make_record`)
+# Measured line sizes: keydoor (4 rooms, G = 8) ≈ 16 KB per update; ALFWorld groups of eight 50-turn
+# trajectories with every string at its cap ≈ 94 KB (≤ 19 MB for 200 updates).
 STAT_PREFIXES = ("prover/", "gigpo/", "spo/", "critic/", "matched/", "credit/", "lab/")
+# A group's status (`group_status`), in the order groups are kept (`group_entries`: then groups the
+# method changed before the others, ties by global group id):
+#   credited      ProVer: Δ̂ > margin, credit applied; other methods: at least one turn's final
+#                 advantage differs from its GRPO advantage
+#   not credited  ProVer: judged and verified, Δ̂ ≤ margin
+#   dropped       ProVer: the judge's proposal was dropped (`reason` says why)
+#   eligible      eligible (1..3 successes: ProVer's rule, also SPO's and CriticSearch's),
+#                 advantages unchanged
+#   mixed         outcomes differ but not eligible (a GRPO signal only)
+#   uniform       every outcome equal (GRPO advantage 0)
 STATUS_ORDER = ["credited", "not credited", "dropped", "eligible", "mixed", "uniform"]
 
 
@@ -111,6 +101,8 @@ def num(x) -> float | None:
 
 
 def _ok_char(tn) -> str:
+    # a turn's validity: v = well-formed and admissible, x = no <action> tags, n = well-formed but
+    # not admissible
     if not tn.valid:
         return "x"
     return "n" if tn.admissible and tn.action not in tn.admissible else "v"
@@ -129,18 +121,23 @@ def traj_entry(tr, a_grpo, a_final, seg: tuple[int, int] | None = None) -> dict:
     txt = []
     for t in sorted(text_t):
         tn = tr.turns[t]
+        # [turn, the action, the observation it got (truncated), the raw output of a malformed turn]
         txt.append([t, clip(tn.action, CAP["action"]), clip(tn.next_obs, CAP["obs"]),
                     "" if tn.valid else clip(tn.text, CAP["raw"])])
     return {"i": tr.traj_id, "R": num(tr.R), "won": bool(tr.won), "s0": int(tr.start_step), "n": len(tr.turns),
             "A": None if a_grpo is None else [num(x) for x in a_grpo[:n]],
             "F": [num(x) for x in a_final[:n]],
             "ok": "".join(_ok_char(tn) for tn in tr.turns[:n]),
+            # the env's ground-truth label (keydoor's "key"/"trap"/"nokey"), never shown to policy or judge
             "truth": {str(t): clip(tn.truth, 8) for t, tn in enumerate(tr.turns[:n]) if tn.truth},
             "txt": txt}
 
 
 def judge_entry(r: dict) -> dict:
     """ProVer's per-group record (prover.credit fills `run.records`), bounded."""
+    # the examined success (sid, traj), the proposal (failure mode, rationale, segment ℓ..r, validation
+    # status, repairs, tool calls count) or the drop reason, Δ̂ ± SE, K, and the outcomes of the K
+    # continuations from s_pre and from s_post
     out = {"sid": r.get("sid"), "traj": r.get("traj"), "status": clip(r.get("status"), 16),
            "reason": clip(r.get("reason"), CAP["reason"]) if r.get("reason") else None,
            "repairs": r.get("repairs", 0), "tools": r.get("tool_calls", 0)}
@@ -152,8 +149,10 @@ def judge_entry(r: dict) -> dict:
                     # the continuations' outcomes (K = --verify-k each; capped at 64 for the bound)
                     "pre": [num(x) for x in (r.get("pre") or [])[:64]],
                     "post": [num(x) for x in (r.get("post") or [])[:64]]})
-    # the issue-#22 options (prover.py), only when one is on: the bonus actually added (shrink: not
-    # λ·Δ̂), CRN / adaptive-K details, the matched runs and the negative-credit alternatives
+    # the options beyond the paper (methods/prover_options.py), only when one is on: the bonus
+    # actually added (shrink: not λ·Δ̂), the credit test, CRN (paired; `se_ind` the unpaired SE),
+    # the adaptive-K rounds, the judge's success-choice fallback (`choice`), up to MAX_MATCHED
+    # matched runs [traj, turn] and up to MAX_NEG negative-credit alternatives
     if r.get("choice"):
         out["choice"] = clip(r["choice"], CAP["reason"])
     if "bonus" in r:
@@ -169,7 +168,7 @@ def judge_entry(r: dict) -> dict:
 
 
 def group_status(group, a_grpo, a_final, judged: dict | None, elig: bool) -> tuple[str, int]:
-    """(status, turns whose final advantage differs from GRPO's) — see the module docstring."""
+    """(status, turns whose final advantage differs from GRPO's) — the statuses: see STATUS_ORDER."""
     changed = 0
     for i, tr in enumerate(group):
         base = a_grpo[i] if a_grpo is not None and i < len(a_grpo) else None

@@ -1,41 +1,32 @@
-"""lab.py — the credit lab's metrics: each method's credit scored against the env's ground truth.
+"""The credit lab's metrics: each method's credit scored against the env's ground truth.
 
-In `keydoor` (keydoor.py) the pivotal decisions are known: the env labels the turn that took the
-key ("key"), the one that took the trap ("trap") and the `go forward` that left the key behind
+In `keydoor` (sims/keydoor.py) the pivotal decisions are known: the env labels the turn that took
+the key ("key"), the one that took the trap ("trap") and the `go forward` that left the key behind
 ("nokey", the failures' decisive mistake) in `info["pivotal"]`, which the rollout keeps in
-`Turn.truth` — never shown to the policy or the judge. From it, per update (measured on the policy
-that sampled the update's rollouts, before its gradient step):
+`Turn.truth`, never shown to the policy or the judge. From it, per update (measured on the policy
+that sampled the update's rollouts, before its gradient step; every key in full:
+docs/credit_lab.md, "The lab's metrics"):
 
-    lab/p_key_held        the lab's headline speed measure: the probability that the agent holds
-                          the key when it leaves the pivot room (walks on, opens the door, or runs
-                          out of steps there), averaged over the same P pivot-room states, computed
-                          exactly by oracle.py's DP over what the prompt shows (every way of taking
-                          the key later in the room, after distractor turns or invalid turns, counts)
-                          at the rollout temperature; lab/p_key_bound is its pruning error bound
-    lab/q_key             (kept beside it; superseded) the policy's exact probability of the
-                          pivotal response *as the first action* in the room, averaged over a
-                          fixed set of P pivot-room prompts (held-out tasks, reached by walking
-                          there), from its log-probs at the rollout temperature — no sampling noise:
+    lab/p_key_held        the headline speed measure: P(the agent holds the key when it leaves the
+                          pivot room), averaged over P fixed pivot-room states, computed exactly by
+                          lab/oracle.py's DP at the rollout temperature; lab/p_key_bound: its
+                          pruning error bound
+    lab/q_key             the policy's exact probability of the pivotal response *as the first
+                          action* in the room, from its log-probs, over the same P states:
                               q = mean_p Π_j π(y_j | prompt_p, y_<j),  y = "<action>take key</action>"
-                          with y the response up to its closing tag: the env acts on the first
-                          `<action>…</action>`, so what follows it does not matter (the canonical
-                          tokenisation; another spelling of the same action is not counted)
     lab/judge_hit         share of the judge's proposals whose segment [ℓ, r] contains a "key" turn
-                          of the examined success (ProVer)
-    lab/judge_key_present share of proposals whose examined success took the key at all (a lucky
-                          success without the key cannot be hit)
-    lab/credit_precision  share of the method's per-turn credit mass on pivotal turns:
+                          of the examined success (ProVer); lab/judge_key_present: share whose
+                          examined success took the key at all; lab/proposals: their number
+    lab/credit_precision  share of the method's per-turn credit mass on pivotal turns (all three
+                          labels):
                               Σ_pivotal |c_t|·n_t / Σ_all |c_t|·n_t,   n_t = the turn's action tokens
-                          with c_t = A_final − A_GRPO for methods that add to GRPO (ProVer,
-                          CriticSearch, GiGPO's ω·A^S) and c_t = A_final for methods that replace it
-                          (SPO's segment advantages). GRPO has no per-turn credit: no value.
+                          c_t = A_final − A_GRPO for methods that add to GRPO, A_final for methods
+                          that replace it (the method's `credit_kind`); GRPO: no value
     lab/credit_key        mean c_t over "key" turns (its sign says which way the key is pushed);
     lab/credit_trap       the same over "trap" turns (a good method pushes these down)
     lab/credit_nokey      the same over "nokey" turns (a good method pushes these down too)
     lab/judge_hit_fail    lab/judge_hit over the proposals of groups where a failure left the key
                           behind: did the judge name the decision those failures got wrong?
-
-The "pivotal" turns of credit precision are all three labels.
 
 Leaves out: envs without ground truth (every lab/* key is absent there).
 """
@@ -60,7 +51,7 @@ class Probe:
     pad_id: int
     temperature: float = 1.0          # the rollout temperature: q is the probability rollouts sample with
     states: list = None               # the P AgentStates (with env snapshots) behind the prompts
-    env_kw: dict = None               # the keydoor options (for oracle.py's DP)
+    env_kw: dict = None               # the keydoor options (for lab/oracle.py's DP)
     agent: object = None              # the rollout Agent (prompts, tokenizer)
 
 
@@ -96,6 +87,8 @@ def make_probe(agent, spec, env_kw: dict, seed: int, temperature: float = 1.0) -
 @torch.no_grad()
 def q_key(model, probe: Probe) -> float:
     """mean over the probe prompts of π(response | prompt) (the product of its token probabilities)."""
+    # the response ends at its closing tag: the env acts on the first <action>…</action>, so what
+    # follows does not matter; only the canonical tokenisation counts (another spelling does not)
     rows = [Row(p, probe.response, [0.0] * len(probe.response), 0.0) for p in probe.prompts]
     ids, attn, mask, _, _ = collate(rows, probe.pad_id)                       # (P, T), (P, T), (P, T-1)
     lp = token_logprobs(model, ids, attn, mask, probe.temperature)      # (P, T-1), zero off the response

@@ -1,12 +1,11 @@
 """Built-in ALFWorld 0.4.x-compatible household simulator: generator, fast text game, expert.
 
-What it implements
-------------------
-A pure-Python re-implementation of the *text* ALFWorld game (alfworld 0.4.x, TextWorld PDDL engine,
-`json_2.1.2` game data) on procedurally generated households, so the whole ProVer pipeline runs
-offline on a laptop CPU. Everything an agent can observe is meant to be string-identical to what
-the real engine prints for the same household: `tests/test_alfworld_equivalence.py` exports our
-games as `game.tw-pddl` files (see `alfworld_tw.py`) and plays them on the real engine step by step.
+What it implements: a pure-Python re-implementation of the *text* ALFWorld game (alfworld 0.4.x,
+TextWorld PDDL engine, `json_2.1.2` game data) on procedurally generated households, so the whole
+ProVer pipeline runs offline on a CPU. Everything an agent can observe is meant to be
+string-identical to what the real engine prints for the same household:
+tests/test_alfworld_equivalence.py exports our games as `game.tw-pddl` files (sims/alfworld_tw.py)
+and plays them on the real engine step by step.
 
     env = Household("train", seed=0, preset="small")   # or alfworld_tw.make_alfworld (backend choice)
     obs, info = env.reset(task=3)          # info: task, task_type, admissible, won, score
@@ -14,63 +13,25 @@ games as `game.tw-pddl` files (see `alfworld_tw.py`) and plays them on the real 
     env.expert_action()                    # next action of a replanning expert (BC / tests only):
                                            # "search" (default; sees what the agent sees) or "oracle"
 
-Rules (facts from reference/alfworld.md, the real `alfred.pddl`/`alfred.twl2` as ground truth)
--------------------------------------------------------------------------------------------------
-* The agent starts at a location with no receptacle; every receptacle is its own location.
-  Openable receptacles (cabinet, drawer, fridge, microwave, safe) start closed.
-* A command does something only if, after `strip()`, it equals one of the previous step's
-  admissible commands exactly (case-sensitive). Anything else answers `Nothing happens.`, changes
-  nothing and still counts as a step. Bad input (empty, 10 kB, non-ASCII, markup) never raises.
-* Admissible = `sorted(set(...))` of: help, inventory, look; `go to R` for every receptacle not
-  at the agent's location; at R: `examine R`, `open R`/`close R` (openable), `take O from R` when R
-  is open or not openable and the hands are empty (lamps are not pickupable), `use L` for a lamp
-  in R; while holding O: `examine O`, `move O to R` if R is open or not openable and canContain,
-  `heat O with microwave N` / `cool O with fridge N` / `clean O with sinkbasin N` if O has the
-  affordance (the appliance may stay closed; O stays in hand).
-* Heat sets hot and clears cool, cool the reverse, clean sets clean. `use` always answers
-  `You turn on the L.` (the PDDL sets isToggled every time). Objects of the goal type that
-  start inside a fridge are already cool (augment_pddl_states caveat).
-* Win, checked after every step: types 1/3/4/5 any object of the goal type in any receptacle of
-  the goal type (and clean/hot/cool); type 6 two distinct goal objects in the *same* receptacle
-  instance; type 2 the agent holds a goal object while a toggled lamp of the goal lamp type is in
-  a receptacle at the agent's location (fires on `use`, `take` or `go to`). Reward 1.0 on the
-  winning step, done = won or steps >= max_steps (50); after done the last result is repeated.
-* Text: lists are `a <type> <n>` (article always `a`), `nothing` when empty, `, ` separators and
-  `, and ` before the last item (also for two items), sorted by type with instance numbers
-  descending. This is exactly the order of the PDDL ids the engine sorts: id `<type>_bar_<k>`
-  with k = count - n, see `pddl_id` (the engine's Demangler numbers sorted ids downwards).
+Rules (ALFWorld 0.4.x's `alfred.pddl`/`alfred.twl2` are the ground truth; every rule, the win
+conditions per task type and the text format in full: docs/simulators.md, "Household"):
+* A command acts only if, after `strip()`, it equals one of the previous step's admissible commands
+  exactly; anything else answers `Nothing happens.`, changes nothing, still counts as a step.
+* Admissible = `sorted(set(...))` of help/inventory/look, `go to R`, and the examine / open /
+  close / take / move / heat / cool / clean / use commands the PDDL preconditions allow.
+* Win is checked after every step; reward 1.0 on the winning step, done = won or
+  steps >= max_steps (50); after done the last result is repeated.
+* Lists print in the engine's PDDL-id order: by type, instance numbers descending (`pddl_id`).
 
-Generator, presets and splits
------------------------------
-A game is a pure function of (split, preset, seed, task index): `generate_game` seeds a
-`random.Random` from that key. Room types and their task restrictions follow ALFWorld
-(look: bedroom/livingroom; heat, cool: kitchen; clean: kitchen/bathroom; pick, pick-two: all).
-* `small`: 4-7 receptacles, 1-2 instances of the goal object (2-3 for pick-two), 1-3 distractor
-  objects. The CPU default: short expert plans (searching expert: mean 5.4-10.1 steps per type;
-  oracle 3.9-8.5) a tiny policy can learn.
-* `full`: ALFWorld-like rooms (kitchens with 4 stoveburners, 3-10 cabinets, up to 9 drawers, ...;
-  ~12-35 receptacles) and 8-25 distractor objects.
-* Splits (fixed counts as in ALFWorld: train unbounded, valid_seen 140, valid_unseen 134):
-  - A (goal object, goal receptacle-or-lamp) type pair is "unseen" iff crc32("obj|recep") % 5 == 0
-    (`is_unseen_pair`). train and valid_seen only ever generate seen pairs; valid_unseen only
-    unseen pairs — so an unseen task asks for an object/receptacle combination never asked in
-    training (ALFWorld's unseen split holds out rooms; we hold out task combinations instead,
-    which is what a memorising policy would exploit in our generated rooms).
-  - valid_seen: same distribution as train, different key; train re-draws any game whose
-    fingerprint equals a valid_seen game of the same preset, so the splits are disjoint.
-  - Eval games do not depend on `seed` (every run evaluates on the same 140/134 games, like
-    ALFWorld's fixed files); train games do. Train task type = TASK_TYPES[task % 6]; eval
-    splits use the per-type counts reported for ALFWorld (seen 35/13/27/16/25/24, unseen
-    24/18/31/23/21/17 in TASK_TYPES order; from the literature, not verified from data).
+Generator: a game is a pure function of (split, preset, seed, task index) (`generate_game`).
+Presets: `small` (4-7 receptacles, the CPU default) and `full` (ALFWorld-like rooms). Splits:
+train (unbounded), valid_seen 140, valid_unseen 134 (fixed, independent of `seed`); valid_unseen
+asks only (object, receptacle) type pairs never asked in training (`is_unseen_pair`), and train
+re-draws any game equal to a valid_seen one (`game_for`).
 
-What it leaves out (deliberately)
----------------------------------
-Slicing (no task uses it; `slice` never appears in admissible lists since we place no knife
-semantics), movable receptacles (bowls/plates are ordinary objects, as in the text game), shared
-locations (several receptacles at one location, e.g. stoveburners, in some real scenes), human
-goal annotations, and THOR visuals. `examine O` for an object lying in a receptacle is not
-admissible (the reference's real 0.4.x lists; the package's alfred.pddl would allow it, so the
-exported domain patches that one precondition — see alfworld_tw.py).
+What it leaves out (deliberately): slicing, movable receptacles, shared locations, human goal
+annotations, THOR visuals; `examine O` for an object lying in a receptacle is not admissible (as
+in real 0.4.x; the exported domain patches that precondition, see sims/alfworld_tw.py).
 
 Run the tests / benchmark:
     .venv/bin/python -m pytest -q tests/test_household.py tests/test_alfworld_equivalence.py
@@ -88,7 +49,8 @@ TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_
               "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
 PRESETS = ("small", "full")
 EXPERTS = ("search", "oracle")    # see Household.search_action / oracle_action
-# Per-type task counts of the fixed eval splits, in TASK_TYPES order (see module docstring).
+# Per-type task counts of the fixed eval splits, in TASK_TYPES order: the counts reported for
+# ALFWorld (from the literature, not verified from data; docs/simulators.md, "Household").
 EVAL_COUNTS = {"valid_seen": (35, 13, 27, 16, 25, 24), "valid_unseen": (24, 18, 31, 23, 21, 17)}
 
 # goal_library.py templates; one of the two is picked per game, then fixed.
@@ -102,7 +64,7 @@ TEMPLATES = {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Object / receptacle facts (alfworld/gen/constants.py via reference/alfworld_cancontain.txt)
+# Object / receptacle facts (ALFWorld's alfworld/gen/constants.py)
 # ---------------------------------------------------------------------------------------------
 _CAN_CONTAIN_TXT = """
 armchair : basketball, book, box, cellphone, cloth, creditcard, keychain, laptop, newspaper, pillow, remotecontrol
@@ -213,6 +175,8 @@ NOTHING = "Nothing happens."
 
 def is_unseen_pair(obj: str, recep: str) -> bool:
     """The split rule: (goal object type, goal receptacle/lamp type) pairs held out for valid_unseen."""
+    # ALFWorld's unseen split holds out rooms; we hold out task combinations instead, which is what
+    # a memorising policy would exploit in our generated rooms
     return zlib.crc32(f"{obj}|{recep}".encode()) % 5 == 0
 
 

@@ -1,87 +1,38 @@
 """Key-to-door: a text corridor whose pivotal decisions are known (the "credit lab").
 
-What this implements
---------------------
-A small text game for measuring credit assignment where the ground truth is known. It follows
-the key-to-door design (an early decision that pays off only at the end, a long delay and
-distractors in between) in the `envs.Env` protocol, so every trainer, judge and verifier in the
-project runs on it unchanged.
+What this implements: a small text game for measuring credit assignment where the ground truth is
+known, after the key-to-door design (an early decision that pays off only at the end, a long delay
+and distractors in between), in the `envs.Env` protocol, so every trainer, judge and verifier in
+the project runs on it unchanged.
 
-Rules
------
-* A corridor of `rooms` rooms, numbered 1..rooms in the text (0-based in the code). The agent
-  starts in room 1 and can only move on: `go forward` (not in the last room).
-* In room `pivot` (0-based; default 0, the first room, which makes the delay between the key and
-  the door the longest) lies a key. `take key` is the pivotal decision.
-* Every room holds `distractors` harmless objects (names drawn per task from `OBJECTS`). The agent
-  may `take X`, `drop X` (a held distractor, left in the current room) or `examine X` (a fixed
-  description sentence). None of them changes the outcome.
-* Optional trap (`trap` in [0, 1]; 0 = off): one extra object, always called "cursed coin", lies
-  in a room drawn per task (never the pivot room). Taking it, at any point, multiplies the door's
-  chance by (1 − trap) for the rest of the episode: a harmful decision.
-* Several keys (`keys` = N ≥ 1; default 1): one key in each of the rooms pivot, pivot + 1, …,
-  pivot + N − 1, and the door's chance rises with the keys held, linearly from p_nokey (none) to
-  p_key (all N): one trajectory can then carry decisions of both signs (a key taken, another
-  left). With N = 1 this is the single-key game.
-* Ground-truth labels (`info["pivotal"]`, kept in `Turn.truth`, never shown to the policy):
-  "key" on a turn that takes a key, "trap" on the one that takes the coin, "nokey" on a
-  `go forward` that leaves a key room with its key still lying there.
-* Distractor rewards (`apples` = a ≥ 0; 0 = off), after TVT's apples: each "middle" room (after the
-  last key room, before the door room: rooms pivot + keys … rooms − 2, 0-based) hides an apple
-  with chance `APPLE_CHANCE` (1/2), drawn from `self.rng` when the agent enters the room and
-  collected at once (reward a on that step, nothing in the text). No decision changes how many
-  apples come, so they add return variance unrelated to the key: the regime where outcome-based
-  credit is known to fail. The score is then won + a · (apples collected), up to 1 + a·M with M
-  middle rooms; it is the outcome only under `--reward score` (train.py refuses apples > 0 with
-  `--reward success`, where they would change nothing).
-* The key and the coin cannot be dropped (so "took the key" and "holds the key at the door" are
-  the same event, and the coin's curse is permanent anyway).
-* In the last room, `open door` ends the episode. The door opens (won, reward 1.0) with
-  probability
+Rules (in full, with the randomness rules and every analytic value: docs/simulators.md, "Key-to-door"):
+* A corridor of `rooms` rooms (1..rooms in the text, 0-based in the code); the agent starts in
+  room 1 and can only `go forward`. Each room holds `distractors` harmless objects (take / drop /
+  examine them: no effect on the outcome).
+* N = `keys` keys lie in rooms pivot .. pivot + N − 1 (`pivot` default 0): `take key` is the
+  pivotal decision. Optional trap (`trap` > 0): a "cursed coin" in a room other than the
+  pivot's; taking it multiplies the door's chance by (1 − trap). Keys and coin cannot be dropped.
+* In the last room `open door` ends the episode; the door opens (won, reward 1.0) with
         p = (p_nokey + (p_key − p_nokey) · k / N) · ((1 − trap) if the coin was taken else 1)
+  for k keys held, drawn from the env's own RNG (`self.rng`; `reseed` replaces it per episode).
+* Optional distractor rewards (`apples` = a, after TVT): each middle room hides an apple with
+  chance APPLE_CHANCE, collected silently (reward a); score = won + a · apples (`--reward score`).
+* Ground truth in `info["pivotal"]` (kept in `Turn.truth`, never shown to the policy): "key" (a
+  key taken), "trap" (the coin taken), "nokey" (a `go forward` that leaves a key behind).
+* Every step counts against `max_steps` (default 3·rooms + 2; reaching it is a failure); text that
+  is not admissible answers "Nothing happens."; nothing raises. `snapshot()` includes the RNG.
 
-  with k of the N keys held (N = 1: p_key with the key, p_nokey without)
-  drawn from the env's own RNG (`self.rng`), which is consumed only at the door (and, with
-  apples on, on entering a middle room).
-* Step limit `max_steps` (default 3·rooms + 2). Every `step` call counts; reaching the limit ends
-  the episode as a failure. Text that is not an admissible action answers "Nothing happens."
-  (the step still counts); nothing ever raises.
+Analytic values (`analytic_value`; what the verification tests compare Δ̂ against): under a
+policy that takes the key with probability q, then goes forward and opens the door in time,
+        V(s_pre) = q·p_key + (1 − q)·p_nokey,   V(s_post) = p_key,
+        A(take key) = V(s_post) − V(s_pre) = (1 − q)·(p_key − p_nokey),
+and every other decision has advantage 0 (the trap, N keys and apples: docs/simulators.md).
 
-Randomness
-----------
-* Layout (distractor names, their order, the trap room): fixed per (seed, split, task).
-* The door draw: `reset(task)` seeds `self.rng` from (seed, split, task); `reseed(s)` replaces it.
-  The rollout calls `reseed` right after restoring every episode's start (a new per-episode
-  seed for new episodes, a fresh one for each continuation; see `rollout.run_episodes`), so the
-  G episodes of a group and the K continuations of a verification see independent draws.
-* `snapshot()` holds the whole state including the RNG state; `restore()` continues exactly from
-  there (the same actions give the same observations and the same door outcome).
-* The expert's key decision (`expert_key`) comes from a separate RNG seeded by (seed, split,
-  task) at reset and is part of the state.
+What it leaves out: visible or optional apples (here automatic, pure noise), a way back along the
+corridor, partial credit (score = won, plus the apples when on), visual observations; the test
+split is 128 fixed tasks, the training split is generated (unbounded).
 
-Analytic values (what the verification tests compare Δ̂ against)
-----------------------------------------------------------------
-Under a policy that, in the pivot room, takes the key with probability q and then always goes
-forward and opens the door in time (no trap):
-        V(s_pre)  = q·p_key + (1 − q)·p_nokey          (state before the pivot decision)
-        V(s_post) = p_key                              (state after taking the key)
-        A(take key) = V(s_post) − V(s_pre) = (1 − q)·(p_key − p_nokey)
-Every other decision (distractor actions, moves) has advantage 0. With the trap on and the coin
-taken with probability q_t (independently of the key), every value is multiplied by
-(1 − q_t·trap); after taking the coin by (1 − trap). With N keys, each taken with probability q
-independently, V(start) has the same form, and taking key j with k keys already held is worth
-A = (1 − q)(p_key − p_nokey)/N (leaving it: −q(p_key − p_nokey)/N). With apples, every value gains
-a · APPLE_CHANCE per middle room still ahead (the same for every action that keeps the agent in
-time), so every advantage above is unchanged. `analytic_value` computes these.
-
-What it leaves out
-------------------
-No visible or optional apples (TVT's agent chooses to collect them; here they are automatic, pure
-noise), no way back along the corridor, no partial credit
-(score = won), no visual observations; the test split is 128 fixed tasks, the training split is
-generated (unbounded).
-
-Run: `python -c "import keydoor; e = keydoor.make(); print(e.reset(0)[0])"`;
+Run: `python -c "from sims import keydoor; e = keydoor.make(); print(e.reset(0)[0])"`;
 tests: `python -m pytest -q tests/test_keydoor.py`.
 """
 from __future__ import annotations
@@ -151,7 +102,7 @@ OPTIONS: dict[str, envs.EnvOption] = {
                              "distractor reward: each middle room hides an apple (chance 1/2) worth this much "
                              "(score = won + apples; needs --reward score; 0 = off)"),
 }
-APPLE_CHANCE = 0.5
+APPLE_CHANCE = 0.5     # a middle room's chance to hide an apple, drawn from self.rng on entering it
 
 
 def check_params(rooms: int, pivot: int, p_key: float, p_nokey: float, distractors: int,
@@ -264,7 +215,7 @@ class State:
 
 
 class KeyDoor:
-    """One corridor; see the module docstring for the rules."""
+    """One corridor; the rules: the module docstring, in full docs/simulators.md ("Key-to-door")."""
     name = "keydoor"
 
     def __init__(self, split: str = "train", seed: int = 0, rooms: int = 8, pivot: int = 0,
@@ -462,6 +413,6 @@ SPEC = envs.EnvSpec(
     name="keydoor", make=make, splits=SPLITS, num_tasks=num_tasks, vocabulary=vocabulary,
     chat_prompt=chat_prompt, compact_prompt=envs.compact_prompt, parse=envs.parse_action_tag,
     task_types=("keydoor",), options=OPTIONS,
-    # for lab.py: the pivotal action, and the action that walks toward it (probe prompts are the
+    # for lab/metrics.py: the pivotal action, and the action that walks toward it (probe prompts are the
     # states in the pivot room reached by walking there on held-out tasks)
     extra={"pivot_action": "take key", "walk_action": "go forward"})

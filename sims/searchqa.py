@@ -1,42 +1,25 @@
 """SearchQA, built in: multi-hop questions over a fictional knowledge base, Search-R1's interaction
 format, a BM25 index, a Search-R1-compatible retrieval server and its HTTP client.
 
-What this implements (facts from shared/reference/webshop_searchqa.md §B; our code)
--------------------------------------------------------------------------------------
-* A fictional KB (~300 entities: people, cities, countries, companies, films) with random
-  relations, one document per entity in wiki-18's format `contents = '"' + title + '"\\n' + text`,
-  and 2-hop questions of 6 kinds (the task types), e.g. "Where was the founder of Quorvex Labs
-  born?" (company -> founder -> birthplace). Names come from fixed word lists but the relations
-  are drawn from the world, so the answer cannot be guessed: it takes two searches.
+What this implements (facts from Search-R1 and its retrieval server; our code)
+-----------------------------------------------------------------------------
+In full, with the server's request format and error rules: docs/simulators.md ("SearchQA").
+* A fictional KB (~300 entities: people, cities, countries, companies, films), one document per
+  entity in wiki-18's format, and 2-hop questions of 6 kinds (the task types), e.g. "Where was the
+  founder of Quorvex Labs born?"; the relations are drawn, so an answer takes two searches.
 * One fixed KB and question list per `world` (`--env-opt world=N`, default 0), never a function
-  of the run's `--seed`, as Search-R1's corpus and datasets are fixed: runs with different seeds
-  answer the same questions (they draw different training tasks and sample differently), so a
-  warm start shared by every seed (`--bc-seed 0`, bench/compare.py) was cloned in the KB it is
-  trained and evaluated on; a tiny policy cloned on one KB does poorly on another.
-* Search-R1's loop (`generation.py`): the first `<(search|answer)>(.*?)</\\1>` of an action is
-  executed. search -> observation "\\n\\n<information>{docs}</information>\\n\\n" with the top-3
-  documents as "Doc {i}(Title: {first line of contents}) {rest}\\n"; answer -> episode ends with
+  of the run's `--seed` (Search-R1's corpus and datasets are fixed), so a warm start shared by
+  every seed (`--bc-seed 0`) was cloned in the KB it is trained and evaluated on.
+* Search-R1's loop: the first `<(search|answer)>(.*?)</\\1>` of an action is executed. search ->
+  the top-3 documents inside <information>...</information>; answer -> the episode ends with
   reward EM; anything else -> Search-R1's "My previous action is invalid. ..." message.
   4 turns by default (the paper's max_turns); no answer by then = reward 0.
-* Exact match (`qa_em.py`): lowercase -> delete string.punctuation -> \\b(a|an|the)\\b to a space ->
-  collapse whitespace; EM = 1 if the normalised prediction equals any normalised gold answer; on a
-  whole response the prediction is the LAST <answer>...</answer>.
-* A retrieval server compatible with Search-R1's (`POST /retrieve`, request
-  {"queries": [str], "topk": int|null, "return_scores": bool} -> {"result": [[{"document":
-  {"id", "contents", "title", "text"}, "score": float}, ...] per query]}, bare documents without
-  scores; verl-agent's single {"query": str} is accepted too), standard library only
-  (ThreadingHTTPServer), bound to 127.0.0.1 by default. Every malformed request gets a JSON 4xx
-  {"error": ...} and one log line, and the server keeps serving: 400 for bad JSON, bodies nested
-  deeper than 32 or with over-long numbers, a bad / negative / conflicting Content-Length or a
-  body shorter than it, or HTTP/2+ request lines (http.server's 505); 404 unknown path; 405 any
-  method but GET/HEAD/POST (http.server's own HTML 501 and its other errors are answered as JSON
-  too); 408 a body that stops arriving; 411 no Content-Length; 413 too large. Client
-  disconnects are counted and logged as one line, no traceback; after an error reply the unread
-  rest of the body is drained briefly, so closing does not reset the connection before the
-  client reads the answer.
-* `SearchClient` for any such server (e.g. Search-R1's E5/wiki-18 server): timeouts, bounded
-  retries on connection errors and 5xx, a clear error when unreachable; a response that is not
-  bounded, well-formed JSON of the right shape is a ValueError (the env then shows no documents).
+* Exact match (`qa_em.py`): lowercase, drop punctuation and articles, collapse whitespace;
+  EM = 1 if the normalised prediction equals any normalised gold answer; on a whole response the
+  prediction is the LAST <answer>...</answer>.
+* A Search-R1-compatible retrieval server (`POST /retrieve`; standard library only, 127.0.0.1 by
+  default) that answers every malformed request with a JSON 4xx and keeps serving, and
+  `SearchClient` for any such server (timeouts, bounded retries, a malformed response is a ValueError).
 * `backend="real"`: the client against $SEARCH_URL (default http://127.0.0.1:8000/retrieve) plus
   QA data from a jsonl/parquet file with `question` and `golden_answers` (FlashRAG format).
 
@@ -47,8 +30,8 @@ What it simplifies
 * The built-in KB is small and templated; questions are only 2-hop "compositional" ones.
 * The train split cycles through its question pool (index modulo pool size); test is fixed (200).
 
-Run: `python searchqa.py serve --port 8000` (built-in corpus; `--corpus file.jsonl` for your own
-{"id", "contents"} corpus); tests: `python -m pytest -q tests/test_searchqa.py`.
+Run: `python -m sims.searchqa serve --port 8000` (built-in corpus; `--corpus file.jsonl` for your
+own {"id", "contents"} corpus); tests: `python -m pytest -q tests/test_searchqa.py`.
 """
 from __future__ import annotations
 
@@ -540,7 +523,7 @@ class SearchClient:
                 last = e
         else:
             raise RuntimeError(f"retrieval server {self.url} unreachable after {self.retries + 1} tries ({last!r}); "
-                               "start one with `python searchqa.py serve --port 8000` or Search-R1's retrieval_server.py, "
+                               "start one with `python -m sims.searchqa serve --port 8000` or Search-R1's retrieval_server.py, "
                                "or set SEARCH_URL")
         return self._results(raw, len(queries))
 
@@ -628,7 +611,7 @@ class SearchQAEnv:
                  data_path: str | None = None, search_url: str | None = None, timeout: float = 10.0, retries: int = 3,
                  world: int = 0):
         # `seed` is accepted for the env protocol and deliberately unused: the KB is the world's
-        # (module docstring); the episode's randomness is the rollout's sampling
+        # (module docstring, docs/simulators.md); the episode's randomness is the rollout's sampling
         self.split, self.max_steps, self.topk = split, max_turns, topk
         if backend == "builtin":
             self.index, test, train = get_world(world, n_people, n_companies, n_films, n_test)
@@ -776,7 +759,7 @@ SPEC = envs.EnvSpec(
 
 
 # ---------------------------------------------------------------------------------------------
-# CLI: python searchqa.py serve --port 8000
+# CLI: python -m sims.searchqa serve --port 8000
 # ---------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Search-R1-compatible BM25 retrieval server")

@@ -1,58 +1,41 @@
 """WebShop, built in: a generated catalogue behind WebShop's text-mode pages, search and reward.
 
-What this implements (facts from shared/reference/webshop_searchqa.md §A; our code)
--------------------------------------------------------------------------------------
+What this implements (facts from the WebShop benchmark; our code)
+-----------------------------------------------------------------
+In full (pages, the goal's price rule, every reward rule): docs/simulators.md ("WebShop").
 * A procedurally generated catalogue: 5 top-level categories (the task types), 4 product types
-  each, ~300 products with a fictional brand, a compact title, a `›` category path, the search
-  `query` it was "scraped" with, 3 attributes, option groups (color / size / flavor / style) and a
-  displayed price (`$X` or `$X to $Y`) with a hidden true price drawn once (uniform in a range).
-* Goals in WebShop's synthetic-goal style:
+  each, ~300 products (brand, title, `›` category path, search query, 3 attributes, option groups,
+  a displayed price and a hidden true price); goals in WebShop's synthetic-goal style:
       "{instruction} with {k1}: {v1}, and {k2}: {v2}, and price lower than {price_upper:.2f} dollars"
-  price_upper: take the first 4 of 10, 20, ..., 990 strictly above the (hidden) price, sample 2,
-  keep the larger; fewer than 2 candidates -> price_upper = 1e6 and no price clause.
-* Pages and transitions of `WebAgentTextEnv` in `observation_mode="text"` (§A2/A3): search,
-  results (10 per page, at most 50 hits, `< Prev` from page 2, `Next >` always), item (options,
-  Description / Features / Reviews, Buy Now), sub-pages (`< Prev` back to the item, options kept).
-  Observations are the visible text nodes joined by " [SEP] ", e.g.
-      WebShop [SEP] Instruction: [SEP] <I> [SEP] Search
-      Instruction: [SEP] <I> [SEP] Back to Search [SEP] Page 1 (Total results: 50) [SEP] Next > [SEP] B012345678 [SEP] <Title> [SEP] $19.99 ...
-  Actions `search[...]` / `click[...]` are parsed like WebShop's `(.+)\\[(.+)\\]` (argument
-  lower-cased); anything not applicable (wrong page, not a clickable, `click[search]`, no
-  brackets, empty, unicode, ...) is a no-op: same page, reward 0, not done — as in WebShop.
-* BM25 search with `bm25s` over lowercase(Title + Description + first bullet + "name: v1, v2")
-  (WebShop indexes the same fields with pyserini/Lucene).
-* The reward of `goal.py::get_reward` (§A5), computed on `click[buy now]`:
+* Pages and transitions of `WebAgentTextEnv` in `observation_mode="text"` (search, results,
+  item, sub-pages); observations are the visible text nodes joined by " [SEP] ". Actions
+  `search[...]` / `click[...]` are parsed like WebShop's `(.+)\\[(.+)\\]`; anything not
+  applicable is a no-op (same page, reward 0, not done), as in WebShop.
+* BM25 search (`bm25s`) over the fields WebShop indexes with pyserini/Lucene.
+* The reward of WebShop's `goal.py::get_reward`, computed on `click[buy now]`:
       R = r_type * (n_attr_matched + n_opt_matched + [price <= price_upper]) / (|attrs| + |opts| + 1)
-  r_type = 1.0; 0.5 if not (query match or category paths share >= 2 levels or title_score > 0.2);
-  0.1 if title_score < 0.1; 0.0 if title_score == 0 (overrides in that order), title_score =
-  |nouns(P.title) & nouns(G.name)| / len(nouns(G.name)). Attributes match by token-set ratio > 85
-  or as a substring of title/bullets/description; options after `normalize_color` by token-set
-  ratio > 85 (so "large" matches "x-large", as in WebShop). Success = reward 1.0; score = reward.
-* 15-step limit (verl-agent's `env.max_steps=15`; WebShop itself has none), and an expert
+  with r_type in {1, 0.5, 0.1, 0} from the title's noun overlap and the query / category match.
+  Success = reward 1.0; score = reward.
+* A 15-step limit (verl-agent's `env.max_steps=15`; WebShop itself has none), and an expert
   (`expert_action()`) that replans from the current page.
-* One fixed shop per `world` (`--env-opt world=N`, default 0): the catalogue and every goal are a
-  function of (world, split, task), never of the run's `--seed`, as the real WebShop has one
-  catalogue and one goal list. Runs with different seeds shop in the same store and differ in the
-  training tasks they draw and in sampling, so a warm start shared by every seed
-  (`--bc-seed 0`, bench/compare.py) was cloned in the store it is trained and evaluated in; a
-  tiny policy cloned in one store knows its products and does poorly in another.
+* One fixed shop per `world` (`--env-opt world=N`, default 0): catalogue and goals are a function
+  of (world, split, task), never of the run's `--seed` (the real WebShop has one catalogue and one
+  goal list), so a warm start shared by every seed (`--bc-seed 0`) knows the store it is
+  trained and evaluated in.
 
 What it simplifies
 ------------------
-* spaCy NOUN/PROPN tagging -> a closed noun lexicon (product-type nouns + brand names): our titles
-  are generated, so we know which words are nouns. thefuzz -> rapidfuzz's token_set_ratio with
-  thefuzz's default preprocessing (lowercase, non-alphanumerics to spaces).
-* ASINs are "B0" + 8 digits (real ones mix letters), so the tiny policy's closed vocabulary stays
-  finite. Ratings are always "N.A.", Reviews pages are empty, the done page shows only the thank-you
-  line and the score (WebShop also lists purchased/target details there).
-* The hidden price used for the price clause is the target's own drawn price, so the target
-  product always reaches 1.0 (WebShop draws the clause from the listed price).
-* Queries longer than 1024 terms are cut (Lucene's clause limit would reject them).
+* spaCy noun tagging -> a closed noun lexicon (our titles are generated); thefuzz -> rapidfuzz's
+  token_set_ratio with thefuzz's default preprocessing.
+* ASINs are "B0" + 8 digits (a finite vocabulary for the tiny policy); ratings "N.A.", empty
+  Reviews pages, a done page with only the thank-you line and the score.
+* The price clause uses the target's own hidden price, so the target always reaches 1.0 (WebShop
+  draws it from the listed price). Queries longer than 1024 terms are cut (Lucene's clause limit).
 
 Real backend (`make(backend="real", webshop_path=... or $WEBSHOP_PATH)`): WebShop's own
 `WebAgentTextEnv` wrapped in the same protocol (snapshot = replay of the actions since reset).
 
-Run: `python -c "import webshop; e = webshop.SPEC.make(); print(e.reset(0)[0])"`;
+Run: `python -c "from sims import webshop; e = webshop.SPEC.make(); print(e.reset(0)[0])"`;
 tests: `python -m pytest -q tests/test_webshop.py`.
 """
 from __future__ import annotations
@@ -439,13 +422,13 @@ def get_shop(world: int, n_products: int, n_test: int) -> Shop:
 
 
 class WebShopEnv:
-    """One shopper session at a time; see the module docstring for pages and reward."""
+    """One shopper session at a time; pages and reward: docs/simulators.md ("WebShop")."""
     name = "webshop"
 
     def __init__(self, split: str = "train", seed: int = 0, n_products: int = 300, n_test: int = 200,
                  max_steps: int = 15, shop: Shop | None = None, world: int = 0):
         # `seed` is accepted for the env protocol and deliberately unused: the shop is the world's
-        # (module docstring), the episode's randomness is the rollout's sampling
+        # (module docstring, docs/simulators.md), the episode's randomness is the rollout's sampling
         self.split, self.max_steps = split, max_steps
         self.shop = shop or get_shop(world, n_products, n_test)
         self.task, self.goal = 0, self.shop.goal(split, 0)

@@ -13,6 +13,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import judge  # noqa: E402
 import methods  # noqa: E402
 import envs  # noqa: E402
 import grpo  # noqa: E402
@@ -274,9 +275,9 @@ def test_ladder_arms_run_on_keydoor(warm, tmp_path):
     pool = [keydoor.make(split="train", seed=0, **kw) for _ in range(16)]
     groups = rollout.rollout_groups(agent, pool, [4, 5], 8, 1.0, seed=3)
     base = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
-    run = train.Run(cfg, agent, agent.spec, kw, [], None, str(tmp_path))
+    run = train.Run(cfg, agent, agent.spec, kw, [], judge.make_judge("builtin"), str(tmp_path))
     outs = {}
-    for name in ladder.METHODS:
+    for name in [k for k, m in methods.METHODS.items() if m.lab]:
         adv = [[list(r) for r in g] for g in base]
         outs[name] = (methods.credit_fn(name)(groups, adv, run), adv)
     a_star = ladder.make_oracle(run).advantages(groups)
@@ -319,7 +320,7 @@ def test_exact_credit_keeps_the_update_s_format_penalty_on_malformed_turns(warm,
         for i, tr in enumerate(group):
             for t, tn in enumerate(tr.turns):
                 want = a_star[g][i][t] - (cfg.invalid_penalty if not tn.valid else 0.0)
-                assert adv[g][i][t] == pytest.approx(want, abs=1e-9)
+                assert adv[g][i][t] == pytest.approx(want, abs=1e-7)     # two oracles: see the 1e-7 note below
                 bad += not tn.valid
                 good += tn.valid
     assert bad > 0 and good > 0, (bad, good)       # both kinds of turn were checked
@@ -337,7 +338,7 @@ def test_prover_plus_exact_credits_the_exact_value_gain_of_the_judged_segment(wa
     pool = [keydoor.make(split="train", seed=0, **kw) for _ in range(32)]
     groups = rollout.rollout_groups(agent, pool, [4, 5, 6, 7], 8, 1.0, seed=3)
     base = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
-    run = train.Run(cfg, agent, agent.spec, kw, [], None, str(tmp_path))
+    run = train.Run(cfg, agent, agent.spec, kw, [], judge.make_judge("builtin"), str(tmp_path))
     run.records = []
     adv = [[list(r) for r in g] for g in base]
     methods.credit_fn("prover-plus-exact")(groups, adv, run)
@@ -348,10 +349,15 @@ def test_prover_plus_exact_credits_the_exact_value_gain_of_the_judged_segment(wa
         g = r["g"]
         tr = groups[g][r["traj"]]                   # traj_id: the index within its group
         exact = orc.turn_q(tr.turns[r["end"]].state, tr.turns[r["end"]].action) - orc.values([tr.turns[r["start"]].state])[0]
-        assert r["delta"] == pytest.approx(exact, abs=1e-9) and r["se"] == 0.0
+        # The credit step's oracle and this one score the same states in different batch shapes
+        # (the shared-prompt scorer copies K/V per candidate), so BLAS may sum in another order:
+        # values agree to ~1e-9 (seen: 1.1e-9 on an AMD EPYC), not bit for bit. 1e-7 holds on any
+        # x86-64 kernel and is still far below any Δ that matters (a credited Δ is ≥ 1e-3 here).
+        assert r["delta"] == pytest.approx(exact, abs=1e-7) and r["se"] == 0.0
         if r["applied"]:
             for j, u in r["matched"]:                 # matched scope: every run of the segment's actions
                 for t in range(u, u + r["end"] - r["start"] + 1):
+                    # the same bonus added in place: exact up to the float addition's rounding
                     assert adv[g][j][t] - base[g][j][t] == pytest.approx(cfg.lam * r["bonus"], abs=1e-9)
     assert any(r["applied"] for r in verified)
 
