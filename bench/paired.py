@@ -1,40 +1,42 @@
 """bench/paired.py — paired-seed statistics for method comparisons.
 
-A comparison pairs runs by seed: for seed s every method starts from the same warm start and the
-same first rollouts (same task and sampling seeds), so the per-seed difference
+Runs are paired by seed: for seed s every method starts from the same warm start and the same first
+rollouts, so the per-seed difference d_s = metric(method, s) − metric(GRPO, s) removes what the seed
+does to both. For the n seeds where both runs exist (`paired`, `summary`):
+  * the mean d̄ and its 95% Student-t CI, d̄ ± t_{n−1, 0.975} · s/√n (scipy.stats.t). It holds its
+    level at a study's small n, where the percentile bootstrap of the mean does not (at n = 4 it
+    covers ~79%: tests/test_lab.py measures both); `bootstrap_ci` (scipy.stats.bootstrap, percentile,
+    fixed seed) stays for a caller that wants it;
+  * the sign-flip (paired permutation) p, two-sided (scipy.stats.permutation_test, one sample,
+    permutation_type="samples"): under H0 each d_s is as likely as −d_s, and p is the share of the
+    2^n sign patterns whose mean is at least as far from 0 as d̄ (scipy's "twice the smaller tail"
+    is that share, the null being symmetric; sums within 1e-9 · Σ|d_s| of each other are ties).
+    Exact for n ≤ 20; beyond, `n_random` random patterns (each tail (hits + 1)/(n_random + 1)).
+    The smallest exact p is 2/2^n: 0.25 at n = 3, 0.0625 at n = 5, 0.002 at n = 10, so p < 0.05
+    needs n ≥ 6.
+A single seed has no spread: shown as "n = 1, no spread", never as "± 0.0".
 
-    d_s = metric(method, s) − metric(GRPO, s)
+An average over benchmarks (`stratified`) keeps each benchmark e's own seeds (a seed index means
+nothing across benchmarks): D̄ = (1/E) Σ_e mean(d_e), with a 95% Welch t CI
+D̄ ± t_ν · √(Σ_e v_e)/E, v_e = s_e²/n_e, ν = (Σ_e v_e)² / Σ_e v_e²/(n_e − 1) (Welch–Satterthwaite),
+and the stratified sign-flip p: D̄ = Σ_j w_j x_j over all N = Σ n_e differences, w_j = 1/(E·n_e),
+each sign flipped independently (exact for N ≤ 20).
+Multiplicity: `holm` (Holm's step-down, written here: scipy has no Holm) adjusts the p of one family,
+`holm_family` a dict of tests; each table's generator names its family.
 
-removes what the seed does to both. Reported for the n seeds where both runs exist:
-  * the mean d̄ with a 95% Student-t CI on the differences, d̄ ± t_{n−1, 0.975} · s/√n: it holds its
-    level at the small n of a study (n = 4: the percentile bootstrap of the mean covers only ~79%,
-    because it uses the plug-in spread and normal-like quantiles; tests/test_lab.py measures both
-    on synthetic data). `bootstrap_ci` stays for a caller that wants it;
-  * an exact sign-flip (paired permutation) p-value, two-sided: under H0 (no difference) each d_s
-    is as likely to be −d_s, so p = share of the 2^n sign patterns whose |mean| ≥ |d̄| (all
-    patterns for n ≤ 16, else `n_random` random ones). With n = 3 the smallest possible p is 0.25,
-    with n = 5 0.0625, with n = 10 0.002: a study that wants p < 0.05 needs n ≥ 6.
-A single seed has no spread: it is shown as "n = 1, no spread", never as "± 0.0".
-
-An average over benchmarks (the paper's headline) is stratified, `stratified`: each benchmark e
-has its own paired differences d_e (its own seeds; a seed index means nothing across benchmarks,
-so no pairing across them is assumed), and
-
-    D̄ = (1/E) Σ_e mean(d_e)
-
-with a 95% Welch t CI, D̄ ± t_ν · √(Σ_e s_e²/n_e)/E, ν by Welch–Satterthwaite (each benchmark's
-spread on its own)
-and the stratified sign-flip p (the signs flipped independently in every benchmark; exact over the
-2^N patterns for N = Σ n_e ≤ 16 seeds in all, else `n_random` random ones).
-Multiplicity: `holm` adjusts the p-values of one family and `holm_family` a dict of tests; each
-table's generator names its family and prints the adjusted p beside the raw one.
+Leaves out: one-sided intervals, and one-sided tests in the tables (`sign_flip_p` takes
+`alternative`; the callers test any difference), CIs from the permutation distribution, corrections
+other than Holm, and any pairing across benchmarks.
 """
 from __future__ import annotations
 
-import functools
-import itertools
 import math
-import random
+
+import numpy as np
+from scipy import stats
+
+EXACT_MAX = 20          # sign-flip tests are exact (all 2^n patterns) up to this many differences
+_BATCH = 1 << 16        # patterns per batch in permutation_test: memory O(_BATCH · n)
 
 
 def mean(xs: list[float]) -> float:
@@ -42,59 +44,47 @@ def mean(xs: list[float]) -> float:
 
 
 def bootstrap_ci(xs: list[float], n_boot: int = 10_000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean of `xs` (n ≥ 2)."""
-    rng = random.Random(seed)
-    n = len(xs)
-    means = sorted(sum(xs[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
-    lo_i = int(math.floor((1 - level) / 2 * n_boot))
-    hi_i = min(n_boot - 1, int(math.ceil((1 + level) / 2 * n_boot)) - 1)
-    return means[lo_i], means[hi_i]
-
-
-@functools.lru_cache(maxsize=4096)
-def _t_quantile(q: float, df: float) -> float:
-    """Student's t quantile by bisection on its CDF
-    (Simpson's rule on the density from 0, which is smooth; no scipy in requirements)."""
-    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
-    pdf = lambda x: c * (1 + x * x / df) ** (-(df + 1) / 2)  # noqa: E731
-
-    def cdf(x: float, m: int = 400) -> float:
-        h = x / m
-        return 0.5 + h / 3 * (pdf(0) + pdf(x) + sum((4 if i % 2 else 2) * pdf(i * h) for i in range(1, m)))
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < q:
-        hi *= 2
-    for _ in range(45):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
-    return (lo + hi) / 2
+    """Percentile bootstrap CI of the mean of `xs` (n ≥ 2), scipy.stats.bootstrap with a fixed seed."""
+    res = stats.bootstrap((np.asarray(xs, dtype=float),), np.mean, n_resamples=n_boot, confidence_level=level,
+                          method="percentile", rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def t_quantile(q: float, df: float) -> float:
-    """The q-quantile (q > 0.5) of Student's t with `df` degrees of freedom (df rounded to 0.001:
-    a Welch ν, cached)."""
-    return _t_quantile(q, round(df, 3))
+    """The q-quantile of Student's t with `df` (possibly fractional: a Welch ν) degrees of freedom."""
+    return float(stats.t.ppf(q, df))
 
 
 def t_ci(xs: list[float], level: float = 0.95) -> tuple[float, float]:
-    """Student-t CI of the mean of `xs` (n ≥ 2): mean ± t_{n−1} · s/√n."""
-    n, m = len(xs), mean(xs)
-    s = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
-    h = t_quantile((1 + level) / 2, n - 1) * s / math.sqrt(n)
-    return m - h, m + h
+    """Student-t CI of the mean of `xs` (n ≥ 2): mean ± t_{n−1} · s/√n; (mean, mean) when s = 0."""
+    m, se = mean(xs), float(stats.sem(xs))
+    if not se > 0:
+        return m, m
+    lo, hi = stats.t.interval(level, len(xs) - 1, loc=m, scale=se)
+    return float(lo), float(hi)
 
 
-def sign_flip_p(d: list[float], n_random: int = 100_000, seed: int = 0) -> float:
-    """Two-sided p of the paired sign-flip test: exact over all 2^n patterns for n ≤ 16."""
-    n = len(d)
-    obs = abs(sum(d)) - 1e-12                      # ties (|sum| equal) count as extreme
-    if n <= 16:
-        hits = sum(abs(sum(s * x for s, x in zip(signs, d))) >= obs
-                   for signs in itertools.product((1, -1), repeat=n))
-        return hits / 2 ** n
-    rng = random.Random(seed)
-    hits = sum(abs(sum(x if rng.random() < 0.5 else -x for x in d)) >= obs for _ in range(n_random))
-    return (hits + 1) / (n_random + 1)
+def _sign_flip(x: list[float], n_random: int, seed: int, alternative: str) -> float:
+    """p of flipping each element's sign independently (scipy.stats.permutation_test, one sample).
+    Statistic: Σ x_j / Σ |x_j| rounded to 9 decimals, so that sums equal on paper tie exactly in
+    floats. scipy's own tolerance is relative to the observed value and misses a tie at 0: ratios
+    1.025 (4×) and 0.95 (2×) against 1 sum to −4.4e-16 in floats, and would get p 0.8125, not 1."""
+    x = np.asarray(x, dtype=float)
+    scale = float(np.sum(np.abs(x))) or 1.0
+
+    def statistic(y, axis=-1):
+        return np.round(np.sum(y, axis=axis) / scale, 9)
+    res = stats.permutation_test((x,), statistic, permutation_type="samples", vectorized=True,
+                                 n_resamples=np.inf if len(x) <= EXACT_MAX else n_random, batch=_BATCH,
+                                 alternative=alternative, rng=np.random.default_rng(seed))
+    return float(res.pvalue)
+
+
+def sign_flip_p(d: list[float], n_random: int = 100_000, seed: int = 0, alternative: str = "two-sided") -> float:
+    """p of the paired sign-flip test on the differences `d` (statistic: their sum, equivalently the
+    mean): exact over all 2^n patterns for n ≤ EXACT_MAX. alternative: "two-sided" (the callers'),
+    "greater" or "less"."""
+    return _sign_flip(d, n_random, seed, alternative)
 
 
 def summary(xs: list[float]) -> dict:
@@ -140,18 +130,8 @@ def stratified(strata: list[dict], n_boot: int = 10_000, n_random: int = 100_000
             h = 0.0
         out["lo"], out["hi"] = out["mean"] - h, out["mean"] + h
     if out["n"] >= 2:
-        obs = abs(out["mean"]) - 1e-12                 # ties count as extreme, as in sign_flip_p
-        flat = [(i, x) for i, d in enumerate(ds) for x in d]
-        w = [1 / (len(ds) * len(ds[i])) for i, _ in flat]   # D̄ = Σ w_j x_j
-        wx = [wj * x for wj, (_, x) in zip(w, flat)]
-        if out["n"] <= 16:
-            hits = sum(abs(sum(sg * v for sg, v in zip(signs, wx))) >= obs
-                       for signs in itertools.product((1, -1), repeat=out["n"]))
-            out["p"] = hits / 2 ** out["n"]
-        else:
-            rng = random.Random(seed)
-            hits = sum(abs(sum(v if rng.random() < 0.5 else -v for v in wx)) >= obs for _ in range(n_random))
-            out["p"] = (hits + 1) / (n_random + 1)
+        wx = [x / (len(ds) * len(d)) for d in ds for x in d]      # D̄ = Σ_j w_j x_j
+        out["p"] = _sign_flip(wx, n_random, seed, "two-sided")
     return out
 
 
