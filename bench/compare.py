@@ -6,54 +6,34 @@
         --iters 40 --eval-repeats 4 -- --env-opt rooms=8
 
 Paired protocol: for seed s every method's run is `train.py --seed s`, so all methods of a seed
-play the same training tasks with the same sampling seeds in their first rollouts, and they start
-from the same warm start — one shared by every seed (`--bc-seed 0`, built once per env by a
-`train.py --iters 0` run; the default) or one per seed (`--warm-start per-seed`, `--bc-seed s`).
-Methods then differ only in credit assignment, and the report compares each method with GRPO by
-the per-seed differences (bench/paired.py: mean, 95% Student-t CI, exact sign-flip p). A shared
-warm start is only fair because the seed never changes the world it was cloned in: ALFWorld's
-held-out games, WebShop's shop and SearchQA's KB are fixed (the latter two per `--env-opt world`);
-the seed draws the training tasks and the sampling.
+play the same training tasks with the same first sampling seeds, from the same warm start (one
+shared by every seed, `--bc-seed 0`, the default; or one per seed, `--warm-start per-seed`).
+Methods differ only in credit assignment; each is compared with GRPO by the per-seed differences
+(bench/paired.py: mean, 95% t CI, exact sign-flip p, Holm within each table). A shared warm start
+is fair because the seed never changes the world it was cloned in (fixed held-out games, shop, KB).
 
-Warm starts are pinned: every run of a study caches and loads its tiny warm start under
-`<out>/warmstarts/` (`train.py --cache-dir`), which is committed. Behaviour cloning is not
-bit-reproducible across CPUs (float kernels differ by instruction set and the differences grow over
-the BC steps), so a warm start rebuilt on another machine is another warm start; the committed one
-makes a later sitting on another machine start where the first did. Each run's summary records the
-hash of the weights it started from, and the report leaves a seed whose methods started from
-different weights out of the paired differences (naming it under the table).
+Warm starts are pinned under `<out>/warmstarts/` (committed): behaviour cloning is not
+bit-reproducible across CPUs, so a rebuilt one is another warm start. Each run's summary records
+the hash of the weights it started from; a seed whose methods started from different weights is
+left out of the paired differences (named under the table).
 
-Each (env, method, seed) run lives in `<out>/runs/<env>-<method>-s<seed>`; `--jobs N` run side by
-side (one CPU thread each). Finished runs are reused and interrupted ones resumed (`--resume`), so
-a long study is built up over several sittings by re-running the same command. Run directories
-(checkpoints, logs) are git-ignored and do not survive a fresh clone or a new machine, so each
-finished run's summary (what the report reads: finals, costs, curves) is also written to
-`<out>/summaries/compare/<env>-<method>-s<seed>.json` with the protocol it ran under; commit those,
-and a later sitting on another machine reuses the run from its summary instead of running it again.
+Resumable (bench/runs.py): runs live in `<out>/runs/<env>-<method>-s<seed>` (`--jobs N` side by
+side), finished ones are reused, interrupted ones resumed, and each finished run's summary is kept
+in `<out>/summaries/compare/` (committed) so a fresh clone rebuilds the report with --report-only.
+A run made under another protocol is refused with one line, never silently reused.
 
-`--full` is the paper's comparison at laptop scale: grpo, grpo-matched, prover, prover-random,
-prover-plus, gigpo, spo-chain, spo-tree and criticsearch on built-in ALFWorld, WebShop and SearchQA
-at each env's defaults, 50 updates, the final evaluation on the whole held-out split played 4 times
-(`--eval-episodes 0 --eval-repeats 4`), 4 paired seeds per cell and 10 for grpo, prover and
-prover-plus on ALFWorld (`--cell-seeds`). Runs go seed by seed, so an interrupted study already
-holds complete paired seeds. A run directory made under another protocol (other evaluation, other
---iters) is refused with one line, never silently reused.
+`--full`: grpo, grpo-matched, prover, prover-random (the random judge), prover-plus, gigpo,
+spo-chain, spo-tree and criticsearch on built-in ALFWorld, WebShop and SearchQA, 50 updates, the
+final evaluation on the whole held-out split played 4 times, 4 paired seeds per cell and 10 for
+grpo, prover and prover-plus on ALFWorld (`--cell-seeds`), run seed by seed.
 
-Writes:
-  <out>/compare.csv      one row per run: final held-out success/score, costs per update, wall time
-  <out>/compare.md       per env: each method's final held-out success (mean [95% CI] (n)), its
-                         paired difference to GRPO with CI and p, the costs per update (policy
-                         tokens = rollout + verification continuations, the paper's "generated
-                         policy tokens"; judge tokens; env steps; seconds), each × GRPO, and the
-                         judge's acceptance rate (share of verified proposals with Δ̂ > 0); the
-                         average over envs: the mean of each env's paired difference (stratified
-                         CI and p, bench/paired.py) and its change relative to GRPO (the paper's
-                         headline form); the paper's figures beside ours
-  <out>/compare_updates.png, <out>/compare_tokens.png   held-out success vs updates / tokens
-                         (mean over seeds, band: 95% CI of the mean)
-  <out>/compare_delta.png  per env, each method's paired difference to GRPO with its 95% CI
-The final held-out reading is the evaluation at the last update (`--eval-repeats R` plays every
-evaluation task R times with different sampling seeds, for a less noisy reading).
+Writes <out>/compare.csv (a row per run: finals, costs per update, wall time), <out>/compare.md
+(per env: final held-out success mean [95% CI] (n), the paired Δ to GRPO with CI and p, costs per
+update in policy tokens = rollouts + verification, judge tokens, env steps and seconds, each ×
+GRPO, the judge's acceptance rate; the average over envs with its stratified CI and p and the
+change relative to GRPO, the paper's figures beside ours), compare_updates.png / compare_tokens.png
+(held-out success vs updates / tokens) and compare_delta.png (each paired Δ with its CI).
+Leaves out: real models and official data (the flags after `--` pass through to train.py).
 """
 from __future__ import annotations
 
@@ -61,12 +41,14 @@ import argparse
 import csv
 import json
 import os
-import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from runs import (finished, load_summary, run_train, save_summary, summarize_run, summary_path,  # noqa: E402
+                  unpaired_seeds, warm_dir)
+
 # "prover-random" is ProVer with the random-segment judge (the paper's ablation)
 METHOD_ARGS = {
     "grpo": ["--method", "grpo"], "grpo-matched": ["--method", "grpo-matched"],
@@ -104,47 +86,6 @@ PAPER = {
 
 def run_dir(out, env, method, seed):
     return os.path.join(out, "runs", f"{env}-{method}-s{seed}")
-
-
-def finished(d: str, iters: int) -> bool:
-    p = os.path.join(d, "checkpoint", "state.json")
-    return os.path.exists(p) and json.load(open(p))["step"] >= iters
-
-
-def summary_path(out: str, study: str, name: str) -> str:
-    """Where a finished run's summary is kept (tracked by git, unlike the run directory)."""
-    return os.path.join(out, "summaries", study, name + ".json")
-
-
-def save_summary(path: str, protocol: dict, summary: dict) -> None:
-    """Write {"protocol", "summary"} atomically (a sitting cut mid-write leaves the old file or none)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump({"protocol": protocol, "summary": summary}, f, indent=1)  # key order kept: the csv columns follow it
-    os.replace(path + ".tmp", path)
-
-
-def load_summary(path: str, protocol: dict) -> dict | None:
-    """The summary kept at `path`, or None when there is none. A summary made under another protocol
-    is refused with one line (SystemExit) rather than reused or silently run again."""
-    if not os.path.exists(path):
-        return None
-    rec = json.load(open(path))
-    diff = [f"{k}={rec['protocol'].get(k)!r} (this study: {v!r})" for k, v in protocol.items() if rec["protocol"].get(k) != v]
-    if diff:
-        raise SystemExit(f"{os.path.basename(os.path.dirname(path))}: the summary {path} was made with {diff[0]}; use another --out or remove it")
-    return rec["summary"]
-
-
-def run_train(d: str, flags: list[str], **env_vars) -> tuple[int, float]:
-    """`train.py <flags> --out d`, its output appended to d/stdout.log; returns (rc, seconds)."""
-    os.makedirs(d, exist_ok=True)
-    t0 = time.time()
-    with open(os.path.join(d, "stdout.log"), "a") as log:
-        rc = subprocess.call([sys.executable, os.path.join(ROOT, "train.py"), *flags, "--out", d], cwd=ROOT,
-                             stdout=log, stderr=subprocess.STDOUT,
-                             env=dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", **env_vars))
-    return rc, time.time() - t0
 
 
 def launch(job, args) -> tuple:
@@ -245,40 +186,6 @@ def bc_seed(args, seed: int) -> int:
     return seed if args.warm_start == "per-seed" else 0
 
 
-def run_jobs(jobs: list, warm: list, warm_start, launch, n: int, desc: str, name=str) -> None:
-    """The studies' one run loop: every warm start of `warm` first (each once, `n` side by side),
-    then `launch(job) -> message` for every job, `n` side by side, one progress line per finished
-    job (bench/credit_lab.py, bench/credit_phase.py)."""
-    from tqdm import tqdm
-    with ThreadPoolExecutor(n) as ex:
-        list(ex.map(lambda w: warm_start(*w), warm))
-    bar = tqdm(total=len(jobs), desc=desc)
-    with ThreadPoolExecutor(n) as ex:
-        for j, msg in zip(jobs, ex.map(launch, jobs)):
-            bar.update(1)
-            bar.write(f"{name(j)}: {msg}")
-    bar.close()
-
-
-def warm_dir(args) -> str:
-    """Where this study's warm starts are cached and loaded (`train.py --cache-dir`): beside its
-    results, so they are committed with the summaries and the next machine loads the same weights."""
-    return os.path.abspath(os.path.join(args.out, "warmstarts"))
-
-
-def warm_start_id(d: str) -> str | None:
-    """The first 12 hex of the sha1 of the weights the run in `d` loaded its warm start from (the
-    folder its stdout.log names), or None when the log does not name one (e.g. a hand-made run)."""
-    import hashlib
-    import re
-    log = os.path.join(d, "stdout.log")
-    if not os.path.exists(log):
-        return None
-    m = re.findall(r"cached warm start at (\S+)", open(log, errors="replace").read())
-    w = os.path.join(m[-1], "model.safetensors") if m else None
-    return hashlib.sha1(open(w, "rb").read()).hexdigest()[:12] if w and os.path.exists(w) else None
-
-
 def warm_start(env: str, seed: int, args) -> str:
     """Build (or find cached) a warm start: train.py with no updates, the same warm-start flags as
     every run (`--bc-seed`, the extra flags, which may change its cache key) and the default
@@ -291,54 +198,6 @@ def warm_start(env: str, seed: int, args) -> str:
     if rc != 0:
         raise SystemExit(f"compare: the {env} warm start (bc seed {b}) failed (rc={rc}); see {d}/stdout.log")
     return f"{env} warm start ready in {secs:.0f}s"
-
-
-def summarize_run(d: str) -> dict | None:
-    p = os.path.join(d, "metrics.jsonl")
-    if not os.path.exists(p):
-        return None
-    rows = [json.loads(l) for l in open(p) if l.strip()]
-    ev = [r for r in rows if "eval/success" in r]
-    tr = [r for r in rows if r.get("step", 0) > 0]
-    if not ev or not tr:
-        return None
-    last = ev[-1:]                                       # the evaluation at the last update
-    wall = sum(json.loads(l)["seconds"] for l in open(os.path.join(d, "wall.json"))) if os.path.exists(os.path.join(d, "wall.json")) else float("nan")
-    gen = [r.get("tokens/rollout", 0) + r.get("tokens/verify", 0) + r.get("tokens/judge", 0) for r in tr]
-    return {"updates": tr[-1]["step"], "init_success": ev[0]["eval/success"],
-            "final_success": sum(r["eval/success"] for r in last) / len(last),
-            "final_score": sum(r.get("eval/score", r["eval/success"]) for r in last) / len(last),
-            "tokens_per_update": sum(gen) / len(tr), "rollout_tokens_per_update": sum(r.get("tokens/rollout", 0) for r in tr) / len(tr),
-            "verify_tokens_per_update": sum(r.get("tokens/verify", 0) for r in tr) / len(tr),
-            "judge_tokens_per_update": sum(r.get("tokens/judge", 0) for r in tr) / len(tr),
-            "policy_tokens_per_update": sum(r.get("tokens/rollout", 0) + r.get("tokens/verify", 0) for r in tr) / len(tr),
-            "env_steps_per_update": sum(r.get("env_steps/total", 0) for r in tr) / len(tr),
-            # the judge's acceptance rate, pooled over the run: verified proposals with Δ̂ > 0
-            "accept_rate": pooled_rate(tr, "prover/accept_rate", ("prover/valid", "prover/repaired")),
-            "iter_seconds": sum(r.get("time/iter_s", 0) for r in tr) / len(tr), "wall_seconds": wall,
-            "curve": [(r["step"], r["eval/success"]) for r in ev],
-            "tok_curve": cum_tokens(rows), "warm_start": warm_start_id(d)}
-
-
-def pooled_rate(rows, rate_key: str, count_keys: tuple) -> float:
-    """A per-update rate pooled over a run, each update weighted by its count (the sum of
-    count_keys): the share over all of the run's items, not the mean of per-update shares. NaN when
-    the run has none (a method without a judge)."""
-    num = den = 0.0
-    for r in rows:
-        if rate_key in r:
-            w = sum(r.get(k, 0) for k in count_keys)
-            num, den = num + w * r[rate_key], den + w
-    return num / den if den else float("nan")
-
-
-def cum_tokens(rows):
-    out, cum = [], 0
-    for r in rows:
-        cum += r.get("tokens/rollout", 0) + r.get("tokens/verify", 0) + r.get("tokens/judge", 0)
-        if "eval/success" in r:
-            out.append((cum, r["eval/success"]))
-    return out
 
 
 def write_csv(path: str, res: dict) -> None:
@@ -384,28 +243,6 @@ def ratio(res, env, method, key, pct: bool = False, digits: int = 0) -> str:
 def mean_cell(res, env, method, key, scale=1.0, digits=0, unit="") -> str:
     vals = [v for v in by_seed(res, env, method, key).values() if v == v]     # NaN: not measured
     return f"{scale * paired.mean(vals):.{digits}f}{unit}" if vals else "–"
-
-
-def unpaired_seeds(res: dict, env: str) -> dict:
-    """{seed: {method: held-out success at update 0}} for the seeds of `env` whose methods did not
-    start from the same warm start, whose difference would carry the warm starts' gap; such a seed
-    is left out of every Δ. The same start is the same weights hash where every run of the seed
-    recorded one; otherwise (summaries made before the hash was kept) the same update-0 reading:
-    paired runs share the warm start and the evaluation's sampling seed, so theirs agree to the last
-    digit, and a warm start rebuilt on another machine reads differently."""
-    inits: dict = {}
-    ids: dict = {}
-    for (e, m, s), r in res.items():
-        if e == env:
-            inits.setdefault(s, {})[m] = r["init_success"]
-            ids.setdefault(s, {})[m] = r.get("warm_start")
-    bad = {}
-    for s, d in sorted(inits.items()):
-        known = [i for i in ids[s].values() if i]
-        differ = len(set(known)) > 1 if len(known) == len(ids[s]) else max(d.values()) - min(d.values()) > 1e-9
-        if differ:
-            bad[s] = d
-    return bad
 
 
 def report(args, jobs) -> str:

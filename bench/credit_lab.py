@@ -10,41 +10,26 @@
     python bench/credit_lab.py --name prover_plus/prover_plus --rooms 4 --methods grpo prover prover-plus \
         prover-plus-ak --versus grpo prover                      # ProVer's options (results/prover_plus/)
 
-In `keydoor` (keydoor.py) the pivotal decision is known: `take key` in the first room; the door at
-the end of a corridor of `rooms` rooms opens with p_key if the key is held, else p_nokey, drawn
-per episode. The sweep parameter is the horizon (rooms between the decision and the outcome),
-with a distractor object in every room. For every (rooms, method, seed) this runs
+In keydoor (sims/keydoor.py) the pivotal decision is known: `take key` in the first room; the
+door at the end of `rooms` rooms opens with p_key if the key is held, else p_nokey. The sweep is
+the horizon (rooms between decision and outcome). For every (rooms, method, seed) this runs
 `train.py --env keydoor --env-opt rooms=R --method M --seed S` (paired seeds as in
-bench/compare.py: the methods of a seed share the warm start and the first rollouts) and reads
-from its metrics.jsonl:
+bench/compare.py) and reads from its metrics.jsonl:
 
-    updates to q ≥ 0.9   first update where lab/q_key (the policy's exact probability of taking
-                         the key on fixed pivot-room prompts) reaches 0.9; a run that never does
-                         counts as --iters + 1 (censored; the table says how many reached it)
+    updates to q ≥ 0.9   first update where lab/q_key reaches 0.9 (censored at --iters + 1)
     updates to GRPO's    first update where q_key reaches GRPO's final q_key of the same seed, and
       final q            the per-seed ratio to GRPO's own updates to it (< 1 = faster than GRPO)
     final success        held-out success at the last update
-    judge hit / accept   share of ProVer's proposals containing the key turn (lab/judge_hit), and
-                         of verified proposals with Δ̂ > 0 (prover/accept_rate), builtin vs random
-    credit precision     share of the method's per-turn credit mass on pivotal turns (lab.py)
-    cost                 generated tokens (rollout + verify + judge) and env steps per update;
-                         credited segments per update and verification tokens per credited one
+    judge hit / accept   share of proposals containing the key turn (lab/judge_hit); of verified
+                         proposals with Δ̂ > 0 (prover/accept_rate)
+    credit precision     share of per-turn credit mass on pivotal turns (lab/metrics.py)
+    cost                 generated tokens and env steps per update; verify tokens per credited segment
 
-Per horizon and method against GRPO (and each --versus method): the paired differences
-(bench/paired.py: mean, 95% Student-t CI, exact sign-flip p). Writes results/NAME.{md,csv,png}
-(--name, a path under --out: default credit_lab/credit_lab, a study's folder and its stem; the
-plot: updates to GRPO's final q_key × GRPO's own vs horizon —
-the speed measure that is not censored when no run reaches the threshold within --iters — mean
-q_key curves, and the paired Δ q_key vs GRPO at every update with its CI); runs live in
-results/credit_lab/runs/ (git-ignored), shared by every report, and finished ones are reused, so a
-study can be built over sittings; each finished run's summary (with its q_key curve) is also kept in
-results/summaries/credit_lab/keydoor-r<rooms>-<method>-s<seed>.json with the protocol it ran under
-(the method's flags, --iters, evaluation), tracked by git, so that a sitting on a fresh clone reuses
-it too (bench/compare.py's summaries). Warm starts are pinned as in bench/compare.py: cached and
-loaded under results/warmstarts/ (commit those a study spans sittings with), each summary records
-the hash of the weights its run loaded, and a seed whose methods started from different weights
-is left out of the report, named under its table.
-Besides bench/compare.py's methods, VARIANTS below names the lab's option variants.
+Per horizon and method against GRPO (and each --versus method): paired differences (bench/paired.py).
+Writes results/NAME.{md,csv,png} (--name: default credit_lab/credit_lab). Resumable as
+bench/compare.py (bench/runs.py): runs in results/credit_lab/runs/ (git-ignored), summaries in
+results/summaries/credit_lab/ and warm starts in results/warmstarts/ (committed); a seed whose
+methods started from different weights is left out, named under its table.
 """
 from __future__ import annotations
 
@@ -58,7 +43,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-import compare  # noqa: E402  (bench/compare.py: METHOD_ARGS, run_train, finished)
+import compare  # noqa: E402  (bench/compare.py: METHOD_ARGS)
+import runs  # noqa: E402  (bench/runs.py)
 import paired  # noqa: E402
 
 METHODS = ["grpo", "grpo-matched", "prover", "prover-random", "gigpo", "spo-chain", "criticsearch"]
@@ -128,7 +114,7 @@ def protocol(job, args) -> dict:
 
 def kept(job, args) -> str:
     rooms, method, seed = job
-    return compare.summary_path(args.out, "credit_lab", f"keydoor-r{rooms}-{method}-s{seed}")
+    return runs.summary_path(args.out, "credit_lab", f"keydoor-r{rooms}-{method}-s{seed}")
 
 
 def result(job, args) -> dict | None:
@@ -137,9 +123,9 @@ def result(job, args) -> dict | None:
     r = summarize(run_dir(args.out, *job), args.iters)
     if r is not None:
         if r["q_curve"][-1][0] == args.iters:       # a longer run is reported here but not kept as this protocol's
-            compare.save_summary(kept(job, args), protocol(job, args), r)
+            runs.save_summary(kept(job, args), protocol(job, args), r)
         return r
-    return compare.load_summary(kept(job, args), protocol(job, args))
+    return runs.load_summary(kept(job, args), protocol(job, args))
 
 
 def from_table(args) -> dict:
@@ -180,7 +166,7 @@ def same_run(r: dict, rec: dict) -> bool:
 
 
 def done(job, args) -> bool:
-    return compare.finished(run_dir(args.out, *job), args.iters) or os.path.exists(kept(job, args))
+    return runs.finished(run_dir(args.out, *job), args.iters) or os.path.exists(kept(job, args))
 
 
 def warm_start(rooms: int, seed: int, args) -> None:
@@ -188,8 +174,8 @@ def warm_start(rooms: int, seed: int, args) -> None:
     d = os.path.join(args.out, "credit_lab", "runs", f"keydoor-r{rooms}-warmstart-s{seed}")
     if os.path.exists(os.path.join(d, "config.json")):
         return
-    rc, _ = compare.run_train(d, [*env_flags(rooms, args), "--iters", "0", "--eval-every", "0", "--bc-seed", str(seed),
-                                  "--workers", "1", "--threads", "1", "--cache-dir", compare.warm_dir(args)], OMP_NUM_THREADS="1")
+    rc, _ = runs.run_train(d, [*env_flags(rooms, args), "--iters", "0", "--eval-every", "0", "--bc-seed", str(seed),
+                                  "--workers", "1", "--threads", "1", "--cache-dir", runs.warm_dir(args)], OMP_NUM_THREADS="1")
     if rc != 0:
         raise SystemExit(f"credit_lab: warm start rooms={rooms} seed={seed} failed (rc={rc}); see {d}/stdout.log")
 
@@ -202,10 +188,10 @@ def launch(job, args) -> str:
     flags = [*env_flags(rooms, args), *ARGS[method], "--seed", str(seed), "--bc-seed", str(seed),
              "--iters", str(args.iters), "--eval-every", str(args.eval_every), "--eval-repeats", str(args.eval_repeats),
              "--checkpoint-every", str(args.eval_every), "--workers", "1", "--threads", "1",
-             "--cache-dir", compare.warm_dir(args)]
+             "--cache-dir", runs.warm_dir(args)]
     if os.path.exists(os.path.join(d, "checkpoint", "state.json")):
         flags.append("--resume")
-    rc, secs = compare.run_train(d, flags, OMP_NUM_THREADS="1")
+    rc, secs = runs.run_train(d, flags, OMP_NUM_THREADS="1")
     with open(os.path.join(d, "wall.json"), "a") as f:
         f.write(json.dumps({"seconds": secs, "rc": rc}) + "\n")
     result(job, args)                                   # keep its summary as soon as it has finished
@@ -243,7 +229,7 @@ def summarize(d: str, iters: int) -> dict | None:
             "credited_per_update": credited / len(tr),
             "env_steps_per_update": sum(r.get("env_steps/total", 0) for r in tr) / len(tr),
             "iter_seconds": sum(r.get("time/iter_s", 0) for r in tr) / len(tr), "wall_seconds": wall,
-            "q_curve": [(r["step"], r.get("lab/q_key")) for r in tr], "warm_start": compare.warm_start_id(d)}
+            "q_curve": [(r["step"], r.get("lab/q_key")) for r in tr], "warm_start": runs.warm_start_id(d)}
 
 
 def updates_to(curve: list[tuple[int, float]], target: float, censor: int) -> int:
@@ -293,8 +279,8 @@ def report(args, jobs) -> str:
             res[(rooms, m, s)] = table_rows[rooms, m, s]
     from_csv = sum(r["q_curve"] is None for r in res.values())
     # every figure here is paired per seed, so a seed whose methods started from different warm
-    # starts (rebuilt on another machine: compare.unpaired_seeds) is left out of the whole report
-    unpaired = {rooms: compare.unpaired_seeds(res, rooms) for rooms in {k[0] for k in res}}
+    # starts (rebuilt on another machine: runs.unpaired_seeds) is left out of the whole report
+    unpaired = {rooms: runs.unpaired_seeds(res, rooms) for rooms in {k[0] for k in res}}
     res = {k: r for k, r in res.items() if k[2] not in unpaired[k[0]]}
     speed = {(rooms, m): to_reference_final(res, rooms, m, args.iters) for rooms, m, _ in res}
     os.makedirs(os.path.dirname(os.path.join(args.out, args.name)), exist_ok=True)      # NAME may name a folder
@@ -487,12 +473,12 @@ def main():
     args.title = "Credit lab" if stem == "credit_lab" else f"Credit lab: {stem}"
     jobs = [(r, m, s) for r in args.rooms for s in args.seeds for m in args.methods]
     for j in jobs:                        # a kept summary from another protocol: one line, before any run
-        compare.load_summary(kept(j, args), protocol(j, args))
+        runs.load_summary(kept(j, args), protocol(j, args))
     if not args.report_only:
         t0 = time.time()
         todo = [j for j in jobs if not done(j, args)]
         # warm starts first, each once per (rooms, seed)
-        compare.run_jobs(jobs, list(dict.fromkeys((r, s) for r, _, s in todo)), lambda r, s: warm_start(r, s, args),
+        runs.run_jobs(jobs, list(dict.fromkeys((r, s) for r, _, s in todo)), lambda r, s: warm_start(r, s, args),
                          lambda j: launch(j, args), args.jobs, "credit lab runs")
         print(f"credit lab: {len(todo)} runs in {(time.time() - t0) / 60:.1f} min")
     print(report(args, jobs))

@@ -49,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
-import compare  # noqa: E402  (run_train, summaries, warm_dir)
+import runs  # noqa: E402  (bench/runs.py)
 import credit_lab  # noqa: E402  (summarize: a lab run's metrics)
 import paired  # noqa: E402
 
@@ -162,21 +162,21 @@ def protocol(job, args) -> dict:
 
 
 def kept(job, args) -> str:
-    return compare.summary_path(args.out, STUDY, name_of(job))
+    return runs.summary_path(args.out, STUDY, name_of(job))
 
 
 def result(job, args) -> dict | None:
     r = credit_lab.summarize(run_dir(args.out, job), args.iters)
     if r is not None and r["p_curve"]:
-        compare.save_summary(kept(job, args), protocol(job, args), r)
+        runs.save_summary(kept(job, args), protocol(job, args), r)
         return r
-    return compare.load_summary(kept(job, args), protocol(job, args))
+    return runs.load_summary(kept(job, args), protocol(job, args))
 
 
 def base_flags(cell: str, seed: int, args) -> list[str]:
     opts, flags = parse_cell(cell)
     return ["--env", "keydoor", *[x for o in opts for x in ("--env-opt", o)], *flags, "--seed", str(seed),
-            "--bc-seed", str(seed), "--workers", "1", "--threads", "1", "--cache-dir", compare.warm_dir(args), *args.extra]
+            "--bc-seed", str(seed), "--workers", "1", "--threads", "1", "--cache-dir", runs.warm_dir(args), *args.extra]
 
 
 def warm_start(cell: str, seed: int, args) -> None:
@@ -184,7 +184,7 @@ def warm_start(cell: str, seed: int, args) -> None:
     d = os.path.join(args.out, STUDY, "runs", f"{slug(cell)}-warmstart-s{seed}")
     if os.path.exists(os.path.join(d, "config.json")):
         return
-    rc, _ = compare.run_train(d, [*base_flags(cell, seed, args), "--iters", "0", "--eval-every", "0"], OMP_NUM_THREADS="1")
+    rc, _ = runs.run_train(d, [*base_flags(cell, seed, args), "--iters", "0", "--eval-every", "0"], OMP_NUM_THREADS="1")
     if rc != 0:
         raise SystemExit(f"credit_phase: warm start {cell} seed {seed} failed (rc={rc}); see {d}/stdout.log")
 
@@ -199,7 +199,7 @@ def launch(job, args) -> str:
              "--eval-every", str(args.eval_every), "--checkpoint-every", str(max(1, args.iters // 4))]
     if os.path.exists(os.path.join(d, "checkpoint", "state.json")):
         flags.append("--resume")
-    rc, secs = compare.run_train(d, flags, OMP_NUM_THREADS="1")
+    rc, secs = runs.run_train(d, flags, OMP_NUM_THREADS="1")
     r = result(job, args)
     return f"rc={rc} in {secs:.0f}s" + ("" if r is not None else " (not finished: see its stdout.log)")
 
@@ -376,11 +376,11 @@ def main():
     check_cells(args.cells)
     jobs = [(c, m, me, s) for c in args.cells for s in args.seeds for m in args.lr_mult for me in args.methods]
     for j in jobs:                            # a kept summary from another protocol: one line, before any run
-        compare.load_summary(kept(j, args), protocol(j, args))
+        runs.load_summary(kept(j, args), protocol(j, args))
     if not args.report_only:
         t0 = time.time()
         todo = [j for j in jobs if result(j, args) is None]
-        compare.run_jobs(jobs, list(dict.fromkeys((c, s) for c, _, _, s in todo)), lambda c, s: warm_start(c, s, args),
+        runs.run_jobs(jobs, list(dict.fromkeys((c, s) for c, _, _, s in todo)), lambda c, s: warm_start(c, s, args),
                          lambda j: launch(j, args), args.jobs, "credit phase runs", name_of)
         print(f"credit phase: {len(todo)} runs in {(time.time() - t0) / 60:.1f} min (--jobs {args.jobs} side by side)")
     print(report(args, jobs))

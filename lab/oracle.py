@@ -1,10 +1,8 @@
-"""oracle.py — exact credit for the credit lab: A*(s, a) = Q^π(s, a) − V^π(s) in `keydoor`.
+"""Exact credit for the credit lab: A*(s, a) = Q^π(s, a) − V^π(s) in `keydoor` (sims/keydoor.py).
 
-What this implements
---------------------
-In keydoor (keydoor.py) everything but the policy is known: the moves are deterministic and the
-only randomness after reset is the door's draw, whose chance is a known function of what is held.
-So the policy's value can be computed instead of estimated:
+What this implements: in keydoor everything but the policy is known (the moves are deterministic;
+after reset the only randomness is the door's draw, whose chance is a known function of what is
+held, and the apples' draws), so the policy's value is computed instead of estimated:
 
     V^π(n)    = Σ_a π(a | n) · Q^π(n, a)
     Q^π(n, a) = r̄(n, a) + door_chance(key, coin)         a = "open door" in the last room
@@ -12,49 +10,32 @@ So the policy's value can be computed instead of estimated:
               = r̄(n, a) + V^π(child(n, a))              otherwise
     A*(n, a)  = Q^π(n, a) − V^π(n)
 
-with r̄(n, a) the expected reward of the step itself: 0, but a · APPLE_CHANCE for a move into a
-middle room when keydoor's distractor rewards are on (`apples` = a; the value is then the expected
-score, won + apples, which is the outcome the run trains on under --reward score). The apple's draw
-is not part of the node: it changes nothing that follows.
-
-over **nodes** n = what the policy's prompt is built from plus what the rules need: the game
-state (room, objects in every room, held objects, key, coin, steps taken) and the prompt's view
-(the current observation and the last `history_len` (observation, action) pairs). Two histories
-that show the same prompt have the same π, so they are one node — a DP over what the prompt
-shows, which is exact for any policy that sees only its prompt (the tiny policy, the compact
-prompt; the chat prompt's step counter is `steps`, also part of the node).
+r̄(n, a): the step's expected reward, 0 but a · APPLE_CHANCE for a move into a middle room with
+apples on (the value is then the expected score, the outcome under --reward score). Nodes n = the
+game state plus the prompt's view (the current observation and the last `history_len`
+(observation, action) pairs): histories that show the same prompt are one node, so the DP is exact
+for any policy that sees only its prompt.
 
 Procedure (`Oracle.values`): breadth first from the roots, one level per step (every step counts
-against the limit, so a node's children are one level deeper and the graph is acyclic): score
-π at every new node of a level in one batch (`ModelPolicy`: the model's exact probability of the
-canonical response `<action>a</action>` of each admissible action at the sampling temperature),
-expand, and back the values up from the deepest level. Children are merged across parents and
-roots (a node's value is computed once per policy), and `Oracle` caches values until `reset()`
-(call it whenever the policy changes).
+against the limit, so the graph is acyclic): score π at a level's new nodes in one batch
+(`ModelPolicy`: the model's exact probability of each candidate action's canonical response
+`<action>a</action>` at the sampling temperature), expand, then back the values up from the
+deepest level. Values are cached until `reset()` (call it whenever the policy changes).
 
-Approximations, each with a stated bound:
-* **Residual mass.** π is scored on the canonical text of every admissible action and of every
-  well-formed inadmissible action the prompt makes plausible (`candidates`: the env answers those
-  with "Nothing happens." and the next prompt shows them, so they are followed exactly). The rest,
-  1 − Σ_a π(a), is malformed text (a missing tag, a doubled word). The env answers those with "Nothing
-  happens." and the step counts; the oracle follows them as one invalid turn whose history entry is
-  `RESIDUAL` (the real rollout shows the text it parsed, which the oracle cannot enumerate). The
-  residual mass is reported (`Oracle.stats["residual_mass"]`); bench/oracle_check.py measures what
-  the approximation costs against Monte Carlo with the real sampler.
-* **Pruning.** A child whose summed reach probability from the roots falls below `eps` is not
-  expanded; it is valued by the walk-out fallback (door chance with what is held if the remaining
-  steps suffice to walk to the door and open it, else 0). Values lie in [0, 1], so the error of a
-  value is at most the probability mass that reaches pruned nodes (times 1 + a·M, the largest
-  score, with apples on); `Oracle.bound[n]` backs that bound up exactly (eps = 0: no pruning, bound 0).
+Approximations, each with a stated bound (in full: docs/credit_lab.md, "Exact credit"):
+* Residual mass: malformed responses, 1 − Σ_a π(a), are followed as one invalid turn whose history
+  entry is `RESIDUAL`; the mass is reported (`Oracle.stats["residual_mass"]`) and
+  bench/oracle_check.py measures its cost against Monte Carlo with the real sampler.
+* Pruning: a child reached with probability < `eps` is valued by walking out to the door;
+  `Oracle.bound[n]` backs the error bound up exactly (eps = 0: no pruning, bound 0).
 
-Also here: `p_key_held` (the same DP, stopped when the agent leaves the pivot room: the
-probability that it holds the key then — the lab's headline speed measure) and `advantages`
-(A* for every turn of a batch of trajectories, the credit of the ladder's `oracle*` arms).
+Also here: mode "key_held" (the same DP, stopped when the agent leaves the pivot room: P(key held
+then), lab/p_key_held, the lab's headline speed measure), `advantages` (A* for every turn of a
+batch: the ladder's `oracle*` arms) and `expected_reward`.
 
-Leaves out: every env but keydoor (no other env's dynamics are known in closed form); the trap's
-coin and the keys (`--env-opt keys=N`) are the only objects whose taking changes the outcome, and
-the oracle needs no hint of that — it reads the rules by stepping a `keydoor.KeyDoor`.
-`p_key_held` follows the pivot room's key (the first) whatever N is.
+Leaves out: every env but keydoor (no other env's dynamics are known in closed form). The oracle
+needs no hint of which objects matter (the keys, the trap's coin): it reads the rules by stepping
+a `keydoor.KeyDoor`. "key_held" follows the pivot room's key (the first) whatever N is.
 """
 from __future__ import annotations
 
@@ -102,7 +83,7 @@ class ModelPolicy:
 
     Two ways to compute the same numbers:
     * shared prompt (`share_prompt`, for Qwen3-architecture models — the tiny policy): each view's
-      prompt runs once (policy.Qwen3Runner's prefill, length buckets), its K, V are copied to
+      prompt runs once (infra.policy.Qwen3Runner's prefill, length buckets), its K, V are copied to
       every candidate of that view, and the candidates' responses run on top. Why: a view has
       several candidates whose responses are a few tokens next to a prompt many times longer, and
       the plain path runs that prompt once per candidate (bench/oracle_speed.py times both). The

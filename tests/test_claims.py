@@ -355,8 +355,6 @@ def test_readme_ladder_sentences_follow_the_files():
     x = r[(sg, LAM3)]       # "most of it (its CI above half) at about GRPO's tokens"
     lo = float(x[col["credit efficiency"]].split("[")[1].split(",")[0])
     assert number(x[col["credit efficiency"]]) > 0.5 and lo > 0.5 and number(x[col["tokens × GRPO"]]) <= 1.3
-    assert "K = 4 most of it (its CI above half) at about GRPO's tokens" in text
-    assert "judging 3 of 8 groups per update over half after Holm at 1.2×" in text
     header, r = ladder_rows("credit_ladder_tinygap/credit_ladder_tinygap.md")
     col = {k: header.index(k) for k in ("speed (× GRPO)", "credit efficiency", "tokens × GRPO")}
     holm = [i for i, x in enumerate(header) if x == "p (Holm)"]

@@ -98,9 +98,9 @@ def test_arms_carry_their_own_settings_and_a_revised_arm_refuses_its_old_summari
     job = ("rooms=4", 10.0, "oracle", 0)
     assert credit_phase.protocol(job, args)["credit_rev"] == 2
     assert "credit_rev" not in credit_phase.protocol(("rooms=4", 10.0, "grpo", 0), args)
-    import compare
+    import runs  # noqa: E402  (bench/runs.py)
     old = credit_phase.protocol(job, args)
     del old["credit_rev"]                            # what a revision-1 run recorded
-    compare.save_summary(credit_phase.kept(job, args), old, {"p_curve": [[1, 0.5]]})
+    runs.save_summary(credit_phase.kept(job, args), old, {"p_curve": [[1, 0.5]]})
     with pytest.raises(SystemExit, match="credit_rev"):
         credit_phase.result(job, args)
