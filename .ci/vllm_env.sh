@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the vLLM CPU virtual environment used by `--rollout vllm` on machines without a GPU,
-# and by tests/test_vllm.py.  Recipe and traps: shared/reference/vllm_cpu.md.
+# and by tests/test_vllm.py.  Recipe and traps: docs/vllm_backend.md.
 #
 #   bash .ci/vllm_env.sh [VENV_DIR]        # default: .venv-vllm (relative to the current directory)
 #   VENV_DIR/bin/python -m pytest -q tests/test_vllm.py

@@ -17,7 +17,7 @@ bench/credit_phase.py's cells) and policy (a model folder, `--policy`):
        gradient  ĝ_oracle = (1/N) Σ_turns A*(s_t, a_t) ∇ log π(a_t | s_t)   (N = action tokens,
        token-mean as the trainer's loss at ratio 1); A* from oracle.py for this policy
     2. for each method, `--repeats` independent batches (`--tasks` tasks × G = `--group` rollouts,
-       the trainer's sampling): the method's advantages (train.METHODS, exactly what a training
+       the trainer's sampling): the method's advantages (methods.credit_fn, exactly what a training
        update would use), then its gradient ĝ_m the same way
     3. per method: cosine(ĝ_m, g*) averaged over batches; bias = 1 − cosine(mean_b ĝ_m, g*) (what
        averaging batches cannot remove); SNR = |mean ĝ_m|² / mean |ĝ_m − mean ĝ_m|² (signal per
@@ -45,6 +45,7 @@ import torch  # noqa: E402
 from infra import build  # noqa: E402
 import config  # noqa: E402
 import grpo  # noqa: E402
+import methods  # noqa: E402
 import train  # noqa: E402
 from lab import ladder  # noqa: E402
 from rollout import rollout_groups  # noqa: E402
@@ -111,7 +112,7 @@ def batch(tr, method: str, b: int, run) -> tuple[torch.Tensor, int]:
     base, settings = arm_settings(method)
     run.cfg = dataclasses.replace(cfg, method=base, **settings)
     run.step, run.proposals, run.records = b, [], []
-    train.METHODS[base](groups, adv, run)
+    methods.credit_fn(base)(groups, adv, run)
     tokens = sum(agent.counter[k] for k in GENERATED) - before
     return flat_grad(tr.model, groups, adv, tr.tok.pad_token_id, cfg.temperature), tokens
 
@@ -160,9 +161,9 @@ def main(argv=None) -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "credit_gradient", "credit_gradient"))
     args = ap.parse_args(argv)
-    bad = [m for m in args.methods if arm_settings(m)[0] not in train.METHODS]
+    bad = [m for m in args.methods if arm_settings(m)[0] not in methods.METHODS]
     if bad:
-        raise SystemExit(f"credit_gradient: unknown method {bad[0]} (train.py has: {', '.join(train.METHODS)})")
+        raise SystemExit(f"credit_gradient: unknown method {bad[0]} (train.py has: {', '.join(methods.METHODS)})")
     credit_phase_module().check_arms(args.methods, "credit_gradient")
     for p in args.policy:
         if not os.path.exists(os.path.join(p, "config.json")):

@@ -41,14 +41,14 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)      # train.py's parser (imported lazily: torch is slow to import)
+sys.path.insert(0, ROOT)      # config.py (the flags; no torch)
 
 
 def run_seed(env: str, seed: int, out: str, extra: list[str]) -> int:
     """Run (or finish) one seed: a run that already has a checkpoint continues with --resume up to
     the iters this command asks for (train.py's default for the env unless --iters is passed)."""
-    import train
-    want = train.parse_args(["--env", env, *extra]).iters
+    import config
+    want = config.parse_args(["--env", env, *extra]).iters
     state = os.path.join(out, "checkpoint", "state.json")
     done = json.load(open(state))["step"] if os.path.exists(state) else None
     if done is not None and done >= want:
@@ -117,8 +117,8 @@ def recheck(c: dict, n: int, episodes: int, jobs: int) -> dict:
 def nondefault_flags(cfg: dict) -> str:
     """The flags a run's config.json differs in from `train.py --env <env>`'s defaults (per-benchmark
     defaults included), e.g. "--tiny-hidden 128", so a summary says what it measured."""
-    import train
-    base = vars(train.parse_args(["--env", cfg["env"]]))
+    import config
+    base = vars(config.parse_args(["--env", cfg["env"]]))
     return " ".join(f"--{k.replace('_', '-')} {cfg[k]}" for k in sorted(base)
                     if k not in _RUN_ONLY and k in cfg and cfg[k] != base[k])
 

@@ -58,6 +58,7 @@ def game_dir():
         yield d
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset,task_type,task,max_steps", _cases())
 def test_simulator_matches_real_engine(game_dir, preset, task_type, task, max_steps):
     game = household.generate_game("train", preset, 0, task, task_type=task_type)

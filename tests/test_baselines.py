@@ -314,6 +314,7 @@ def _mixed_groups(run):
     return groups
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["spo-chain", "spo-tree"])
 def test_real_continuations(tiny_run, method):
     import grpo
@@ -340,6 +341,7 @@ def smoke_cache(tmp_path_factory):
     return str(tmp_path_factory.mktemp("smoke-cache"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["grpo-matched", "gigpo", "spo-chain", "spo-tree", "criticsearch"])
 def test_train_smoke(method, smoke_cache, tmp_path):
     out = tmp_path / "run"

@@ -46,6 +46,7 @@ def test_chat_template_is_chatml():
 
 
 # --------------------------------------------------------------------------- generator
+@pytest.mark.slow
 def test_sampling_logprobs_equal_teacher_forced(tiny_alfworld):
     spec, model, tok, _ = tiny_alfworld
     gen = policy.HFGenerator(model, tok)
@@ -429,6 +430,7 @@ def test_demo_slips_are_inadmissible_and_followed_by_recovery():
         assert failed != act and failed not in adm  # the slip was not admissible there
 
 
+@pytest.mark.slow
 def test_warm_start_stops_at_target_success(tmp_path):
     """BC's early stop: checks run from `check_from` every `check_every` steps and the first one
     at or above the target ends BC there; an unreachable target runs every step. With the target

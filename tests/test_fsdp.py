@@ -74,6 +74,7 @@ def runs(tmp_path_factory, train_cache):
     return base, cache, single, sharded
 
 
+@pytest.mark.slow
 def test_two_rank_fsdp_update_equals_single_process(runs):
     import torch
     base, cache, single, sharded = runs
@@ -122,6 +123,7 @@ def test_two_rank_fsdp_update_equals_single_process(runs):
             assert torch.equal(v, wb[k]), k
 
 
+@pytest.mark.slow
 def test_fsdp_checkpoint_resumes_on_one_and_two_ranks(runs):
     """Saved by 2 ranks; resumed on 1 and on 2 (DCP reshards the weights and Adam state): the
     next update is the same."""
@@ -145,6 +147,7 @@ def test_fsdp_checkpoint_resumes_on_one_and_two_ranks(runs):
     assert_close_update(w1, w2)
 
 
+@pytest.mark.slow
 def test_fsdp_bf16_grad_ckpt_two_workers(tmp_path, runs):
     """Mixed precision (MixedPrecisionPolicy bf16) and non-reentrant gradient checkpointing under
     FSDP train end to end: finite steps that move the weights."""
@@ -158,12 +161,14 @@ def test_fsdp_bf16_grad_ckpt_two_workers(tmp_path, runs):
     assert row["train/grad_norm"] > 0
 
 
+@pytest.mark.slow
 def test_fsdp_with_lora_is_one_clear_error(tmp_path):
     r = run(["--fsdp", "--lora-r", "4", "--out", str(tmp_path)], tmp_path / "cache", timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().count("\n") == 0 and "--fsdp with --lora-r 4" in r.stderr
 
 
+@pytest.mark.slow
 def test_fsdp_step_bench_cpu_smoke(tmp_path):
     out = tmp_path / "fsdp_step.json"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "fsdp_step.py"), "--cpu-smoke", "--out", str(out)],
@@ -276,6 +281,7 @@ def _launch(mode: str, out, victim: int | None):
     return [p.returncode for p in procs], errs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,victim", [("kill-in-dcp", 1), ("kill-in-swap", 0)])
 def test_kill_mid_save_leaves_previous_checkpoint_loadable(tmp_path, mode, victim):
     import torch
@@ -298,6 +304,7 @@ def test_kill_mid_save_leaves_previous_checkpoint_loadable(tmp_path, mode, victi
     assert all(float(s["step"]) == 1.0 for s in opt.state_dict()["state"].values())
 
 
+@pytest.mark.slow
 def test_plain_optimizer_state_resumes_sharded(tmp_path):
     codes, errs = _launch("convert", tmp_path, None)
     assert codes == [0, 0], errs[0][-3000:] + errs[1][-3000:]

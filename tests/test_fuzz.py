@@ -18,6 +18,8 @@ import socket
 import sys
 import time
 
+import pytest
+
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -149,6 +151,7 @@ def _check_reply(text: str, tools: judge.GroupTools, run_tools: bool):
     assert isinstance(jsonscan.strip_tool_calls(text), str)
 
 
+@pytest.mark.slow
 def test_fuzz_judge_and_critic_parsers():
     rng = random.Random(20261201)
     tools = judge.GroupTools(GROUP, 1)

@@ -600,6 +600,7 @@ def test_non_finite_numbers_are_not_numbers():
     "<think>" * 50_000, "x" * 2_000_000,
 ], ids=["braces", "brackets", "quote_brace", "mixed", "broken_strings", "many_values",
         "tool_call_spaces", "fence_spaces", "think_tags", "2MB"])
+@pytest.mark.slow
 def test_parsers_are_linear_on_hostile_text(text):
     # 160k of "{" took 22 s before (quadratic rescans), 100k spaces after <tool_call> or ``` ~25 s
     # (regex backtracking). The check is the growth, not a wall-clock bound (which a loaded

@@ -190,6 +190,7 @@ def _hand_run(d, final, rows_extra=None, cfg=None, step=2, init=0.3):
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+@pytest.mark.slow
 def test_compare_report_plan_and_protocol_on_hand_made_runs(tmp_path):
     """bench/compare.py: --cell-seeds widens single cells and the plan runs seed by seed; the table's
     Δ vs GRPO equals paired.paired on the per-seed finals; the policy-token change, the pooled
@@ -463,6 +464,7 @@ def test_compare_tables_adjust_p_within_each_table_and_divide_costs_on_the_same_
     assert "p (Holm, this table)" in avg
 
 
+@pytest.mark.slow
 def test_paired_intervals_hold_their_level_at_small_n():
     """The CI that paired.summary reports (Student t) covers the true mean ~95% at n = 4 on synthetic
     normal differences, where the percentile bootstrap covers ~79% (measured here, not assumed);

@@ -29,6 +29,7 @@ def quick_out(tmp_path_factory):
     return tmp_path_factory.mktemp("labs")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", [lab.key for lab in labs.LABS])
 def test_lab_command_runs_and_gives_its_figures(key, quick_out, train_cache):
     lab = labs.BY_KEY[key]

@@ -58,7 +58,7 @@ def test_nothing_points_outside_the_project():
     """No DESIGN file, reference notes, shared folder or issue number: a fork has none of them."""
     bad = re.compile(r"DESIGN|\breference/|\bshared/|\bissues? ?-?#\d+|\(#\d+\)")
     hits = []
-    for f in project_files() + project_files(".md") + [".ci/run", "requirements.txt"]:
+    for f in project_files() + project_files(".md") + [".ci/run", ".ci/vllm_env.sh", "requirements.txt"]:
         if f.endswith("test_layout.py"):
             continue
         for k, line in enumerate(open(os.path.join(ROOT, f)), 1):

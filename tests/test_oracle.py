@@ -226,6 +226,7 @@ def warm():
     return model, rollout.Agent(HFGenerator(model, tok), tok, spec, history_len=2, max_new_tokens=12)
 
 
+@pytest.mark.slow
 def test_model_policy_against_monte_carlo_with_the_real_sampler(warm):
     """A small oracle-vs-MC check (bench/oracle_check.py is the full one): V at the start and after
     taking the key, from 512 continuations each."""
@@ -244,6 +245,7 @@ def test_model_policy_against_monte_carlo_with_the_real_sampler(warm):
     assert 0.3 < pi["take key"] < 0.9 and sum(pi.values()) <= 1.0
 
 
+@pytest.mark.slow
 def test_model_policy_shared_prompt_equals_the_plain_path(warm):
     """The shared-prompt scorer (one prompt forward per view, its K, V copied to each candidate)
     gives the plain path's probabilities at every node of a small DP, and the same values."""
@@ -264,6 +266,7 @@ def test_model_policy_shared_prompt_equals_the_plain_path(warm):
     assert shared.calls > 1
 
 
+@pytest.mark.slow
 def test_ladder_arms_run_on_keydoor(warm, tmp_path):
     import config
     from lab import ladder
@@ -326,6 +329,7 @@ def test_exact_credit_keeps_the_update_s_format_penalty_on_malformed_turns(warm,
     assert bad > 0 and good > 0, (bad, good)       # both kinds of turn were checked
 
 
+@pytest.mark.slow
 def test_prover_plus_exact_credits_the_exact_value_gain_of_the_judged_segment(warm, tmp_path):
     """prover-plus-exact: every verified segment's Δ is V^π after it − V^π before it (the oracle's),
     with SE 0, and a credited segment's turns gain exactly λ·Δ over GRPO's advantage."""
@@ -420,6 +424,7 @@ def test_credit_gradient_is_the_gradient_of_the_advantage_weighted_log_likelihoo
     assert fd == pytest.approx(float(torch.dot(g1, torch.cat([v.flatten() for v in d]))), rel=0.05, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_credit_gradient_resumes_from_its_csv(tmp_path):
     """A second sitting reuses finished rows (same settings) and computes only the missing methods,
     against the same g* (its batches are seeded by index): a method run alone in one sitting and

@@ -34,6 +34,7 @@ def test_speed_is_updates_to_grpo_final_over_grpos_own_and_auc_the_mean():
     assert credit_phase.auc(fast["p_curve"]) == pytest.approx((0.5 + 0.85 + 0.9 + 0.9) / 4)
 
 
+@pytest.mark.slow
 def test_a_real_screen_runs_resumes_and_reports(tmp_path):
     cmd = [sys.executable, os.path.join(ROOT, "bench", "credit_phase.py"), "--cells", "rooms=3,group_size=2,tasks_per_iter=2",
            "--seeds", "0", "--iters", "2", "--out", str(tmp_path), "--", "--bc-episodes", "20", "--bc-steps", "20"]

@@ -697,6 +697,7 @@ def test_prover_plus_end_to_end_on_keydoor(kd, tmp_path):
     assert "matched scope" in text and "Success chosen by the judge" in text
 
 
+@pytest.mark.slow
 def test_adaptive_k_pooled_estimate_is_biased_and_the_fresh_batch_is_not(kd):
     """Stopping on the observed Δ̂ biases the pooled estimate away from 0 (measured against the
     analytic A_seg = (1 − q)(p_key − p_nokey) = 0.4 at q = 0.5); the fresh batch, drawn after the

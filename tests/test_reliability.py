@@ -97,6 +97,7 @@ def cache(train_cache):
 # ---------------------------------------------------------------------------------------------
 # 1. + 3. SIGKILL of the launcher: its workers stop too; the stale lock is taken over
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_killed_launcher_takes_its_workers_down_and_its_stale_lock_is_taken_over(tmp_path, cache):
     from infra import rundir
     out, log = tmp_path / "run", tmp_path / "log"
@@ -128,6 +129,7 @@ def test_killed_launcher_takes_its_workers_down_and_its_stale_lock_is_taken_over
 # ---------------------------------------------------------------------------------------------
 # 2. + 3. SIGKILL of one worker: one line, the rest stopped; a second run on the busy directory refuses
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_killed_worker_is_reported_and_a_busy_directory_refuses(tmp_path, cache, capsys):
     from infra import rundir
     import train
@@ -166,7 +168,7 @@ def test_lock_is_exclusive_inherited_by_workers_and_released(tmp_path):
     refused with the owner's pid; a descriptor kept open in a child (the launcher's workers) keeps
     the lock after the owner dropped its own; a stale file (its owner gone) is taken over."""
     from infra import rundir
-    take = [sys.executable, "-c", "import sys, rundir; rundir.lock_run(sys.argv[1])", str(tmp_path)]
+    take = [sys.executable, "-c", "import sys; from infra import rundir; rundir.lock_run(sys.argv[1])", str(tmp_path)]
     fd = rundir.lock_run(str(tmp_path))
     r = subprocess.run(take, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and f"in use by another run (pid {os.getpid()}" in r.stderr
@@ -203,6 +205,7 @@ def test_checkpoint_every_defaults_to_auto():
 # ---------------------------------------------------------------------------------------------
 # 5. SIGKILL at random moments, then --resume to the end: every step once, rows = checkpoint
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_random_sigkills_then_resume_leave_every_step_once(tmp_path, cache):
     from infra import rundir
     out, n = tmp_path / "run", 8
@@ -240,6 +243,7 @@ def test_random_sigkills_then_resume_leave_every_step_once(tmp_path, cache):
 # ---------------------------------------------------------------------------------------------
 # 6. the warm start's progress bar: its rate and ETA are the BC steps', not the success checks'
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_warm_start_bar_does_not_count_the_success_checks(monkeypatch):
     import tqdm
     from infra import warmstart

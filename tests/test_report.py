@@ -54,6 +54,7 @@ def chromium():
 # ---------------------------------------------------------------------------------------------
 # records.jsonl
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_records_are_complete_bounded_and_match_the_credit(run_dir):
     from infra import records
     out, _ = run_dir
@@ -101,6 +102,7 @@ def test_record_size_bound_holds_in_the_worst_case_and_is_enforced(monkeypatch):
     assert len(records.dumps(rec)) <= 12000 and rec["trimmed"] == 2 and rec["stats"] == {"prover/eligible": 4}
 
 
+@pytest.mark.slow
 def test_torn_record_is_skipped_and_resume_drops_records_past_the_checkpoint(run_dir, tmp_path):
     """A kill can leave a record past the checkpoint and a cut last line: reading skips the cut
     line; --resume drops both and re-does the update, keeping the earlier lines byte for byte."""
@@ -209,6 +211,7 @@ def test_report_cli_puts_runs_side_by_side(run_dir, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # --log
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_log_flag_is_validated_at_start_up(monkeypatch, tmp_path):
     import importlib.util
     import config

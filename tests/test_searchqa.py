@@ -358,6 +358,7 @@ def _stub(body: bytes):
     b"[" * 100_000 + b"]" * 100_000, b'{"result": [[{"document": {"id": ' + b"9" * 5000 + b"}}]]}",
     b"\xff\xfe", b"{}", b'{"result": "abc"}', b'{"result": [[], []]}', b"null",
 ], ids=["deep", "huge_int", "not_utf8", "no_result", "result_string", "wrong_count", "null"])
+@pytest.mark.slow
 def test_client_rejects_malformed_responses(body):
     srv, url = _stub(body)
     try:

@@ -30,6 +30,7 @@ def metrics(out):
     return [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
 
 
+@pytest.mark.slow
 def test_default_prover_run_writes_contract_and_resumes(tmp_path, cache):
     out = tmp_path / "run"
     r = run(["--env", "alfworld", "--iters", "2", "--eval-every", "1", "--checkpoint-every", "1", "--out", str(out), *TINY], cache)
@@ -69,6 +70,7 @@ def test_default_prover_run_writes_contract_and_resumes(tmp_path, cache):
     assert [r_["step"] for r_ in metrics(out)] == [0, 1]
 
 
+@pytest.mark.slow
 def test_bad_flag_value_one_line_error(tmp_path, cache):
     r = run(["--method", "nope", "--out", str(tmp_path)], cache, timeout=60)
     assert r.returncode == 2
@@ -150,6 +152,7 @@ def test_flag_choices_match_what_the_modules_provide():
     assert tuple(config.CHOICES["loss_agg"]) == grpo.LOSS_AGGS
 
 
+@pytest.mark.slow
 def test_missing_model_path_one_line_error(tmp_path, cache):
     r = run(["--model", str(tmp_path / "no-such-model"), "--iters", "1", "--out", str(tmp_path / "o")], cache, timeout=120)
     assert r.returncode == 2
@@ -157,6 +160,7 @@ def test_missing_model_path_one_line_error(tmp_path, cache):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_corrupt_checkpoint_one_line_error(tmp_path, cache):
     out = tmp_path / "run"
     (out / "checkpoint").mkdir(parents=True)
@@ -168,11 +172,13 @@ def test_corrupt_checkpoint_one_line_error(tmp_path, cache):
     assert "corrupt checkpoint" in r.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_workers_flag_checked(tmp_path, cache):
     r = run(["--workers", "3", "--tasks-per-iter", "2", "--out", str(tmp_path)], cache, timeout=60)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--workers 3" in r.stderr
 
 
+@pytest.mark.slow
 def test_missing_official_alfworld_data_one_line_error(tmp_path):
     env = dict(os.environ, ALFWORLD_DATA=str(tmp_path / "nodata"))
     r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--env-backend", "real", "--iters", "1",
@@ -190,6 +196,7 @@ def _terminal_sigint():
 
 @pytest.mark.parametrize("sig,workers", [(signal.SIGINT, 1), (signal.SIGINT, 2), (signal.SIGTERM, 2)],
                          ids=["ctrl-c", "ctrl-c-2-workers", "sigterm-2-workers"])
+@pytest.mark.slow
 def test_interrupt_leaves_loadable_checkpoint(tmp_path, cache, sig, workers):
     out = tmp_path / "run"
     env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONUNBUFFERED="1")
@@ -212,6 +219,7 @@ def test_interrupt_leaves_loadable_checkpoint(tmp_path, cache, sig, workers):
     assert r.returncode == 0, r.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_interrupt_during_warm_start_is_clean(tmp_path):
     """Ctrl-C before the first update (here: in the warm start, two workers) exits 130 with one
     line and no traceback, and leaves no half-written cache entry behind."""
@@ -231,6 +239,7 @@ def test_interrupt_during_warm_start_is_clean(tmp_path):
     assert all(os.path.exists(cache / d / "done.json") for d in (os.listdir(cache) if cache.exists() else []))
 
 
+@pytest.mark.slow
 def test_two_workers_equal_single_process(tmp_path, cache):
     """Data parallel on CPU (gloo, the environment torchrun would set): each worker owns whole
     groups and evaluates every other held-out task with seeds fixed by the task's position, and
@@ -280,6 +289,7 @@ def test_two_workers_equal_single_process(tmp_path, cache):
         assert float(d.mean()) < 1e-6, k
 
 
+@pytest.mark.slow
 def test_lora_bf16_gradient_checkpointing_run_and_resume(tmp_path, cache):
     """The real-model switches on the tiny policy: LoRA adapters (peft), bf16 autocast and
     gradient checkpointing train end to end, and a LoRA checkpoint resumes."""
@@ -299,6 +309,7 @@ def test_lora_bf16_gradient_checkpointing_run_and_resume(tmp_path, cache):
     assert [m["step"] for m in metrics(out)] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_diagnose_bench_reports_failure_modes(tmp_path, cache):
     """bench/diagnose.py on a real (tiny) run: plays held-out episodes with the run's settings and
     writes the failure-mode table; its counts are those of the recorded turns."""
@@ -337,6 +348,7 @@ def test_diagnose_bench_reports_failure_modes(tmp_path, cache):
     assert bad.returncode == 2 and "no config.json" in bad.stderr
 
 
+@pytest.mark.slow
 def test_warmstart_bench_times_one_and_two_workers(tmp_path):
     """bench/warmstart_speed.py builds the warm start from an empty cache with 1 and with 2 workers
     (train.py --iters 0) and reports both; data parallel, the same steps reach the same loss."""
@@ -382,6 +394,7 @@ def test_learning_bench_summary_names_nondefault_flags(tmp_path):
     assert (tmp_path / "out" / "learning_alfworld.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_compare_bench_builds_one_warm_start_then_runs_side_by_side(tmp_path):
     """bench/compare.py: the shared warm start is built once (runs/<env>-warmstart, --iters 0) and
     pinned beside the results (<out>/warmstarts/, to be committed), every method's run then loads
@@ -412,6 +425,7 @@ def test_compare_bench_builds_one_warm_start_then_runs_side_by_side(tmp_path):
     assert (again.stdout + again.stderr).count("skipped (done)") == 2
 
 
+@pytest.mark.slow
 def test_gpu_step_bench_runs_our_update_on_cpu(tmp_path):
     """bench/gpu_step.py (made for a GPU) in its CPU smoke form: every variant takes a finite
     step through grpo.update, the FLOP count is positive, and the saved folder loads as a policy."""
@@ -434,6 +448,7 @@ def test_gpu_step_bench_runs_our_update_on_cpu(tmp_path):
     assert model.config.vocab_size == len(tok) and model.config.num_hidden_layers == 2
 
 
+@pytest.mark.slow
 def test_keydoor_from_the_command_line(tmp_path, cache):
     """The credit lab as a user runs it: --env-opt reaches the env, --max-steps works with it,
     lab/* metrics are logged; a bad --env-opt is one line, exit 2, before anything is built."""
@@ -480,6 +495,7 @@ def test_keydoor_from_the_command_line(tmp_path, cache):
     (["--iters", "-1"], "--iters"), (["--group-size", "1"], "--group-size"), (["--verify-k", "0"], "--verify-k"),
     (["--model", os.path.join(ROOT, "README.md")], "is a file"), (["--model", "EMPTY_DIR"], "no config.json"),
 ])
+@pytest.mark.slow
 def test_bad_config_is_one_line_before_anything_is_built(flags, word, tmp_path, cache):
     """Every rule is checked before the warm start (no minutes of set-up, no run files)."""
     flags = [str(tmp_path) if f == "EMPTY_DIR" else f for f in flags]
@@ -489,6 +505,7 @@ def test_bad_config_is_one_line_before_anything_is_built(flags, word, tmp_path, 
     assert time.time() - t0 < 30 and not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_console_says_when_the_judge_endpoint_is_down(tmp_path, cache):
     """An OpenAI judge whose endpoint drops every connection (a real listener on 127.0.0.1 that
     accepts and closes): every eligible group is dropped, the console says so each update with the
