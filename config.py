@@ -32,7 +32,7 @@ class Config:
     method: str = "prover"
     """credit assignment (methods/__init__.py, one line each below)"""
     judge: str = "builtin"
-    """ProVer/CriticSearch judge backend: builtin | random | hf | openai"""
+    """ProVer/CriticSearch judge backend: builtin | random | hf | openai | truth (the credit lab's perfect selection: proposes the success's key turn from the env's labels; --env keydoor, ProVer's methods only)"""
     model: str = ""
     """HF model folder or hub id; empty = build the tiny offline policy (warm-started by behaviour cloning)"""
     rollout: str = "hf"
@@ -132,6 +132,8 @@ class Config:
     """adaptive K: continuations in rounds of --verify-k per side until Δ̂ ≠ 0 and |Δ̂| ≥ z·SE, or this many per side (0 = off: one round, the paper's)"""
     verify_estimate: str = "fresh"
     """with --verify-k-max: fresh (Δ̂ and SE from a second, independent batch of as many continuations as the stopping rounds used: unbiased, about twice the cost) | pooled (Δ̂ over the stopping rounds themselves: cheaper, biased towards large |Δ̂| because the rounds that stop are those whose noise cleared z·SE)"""
+    trust_judge: float = 0.0
+    """credit every judged segment λ·C with C = this value, without verification (trust the judge: the ablation that shows what verification buys; 0 = off, verify as the paper does)"""
     judge_max: int = 0
     """judge at most this many eligible groups per update, drawn at random (seeded by --seed and the update); 0 = every eligible group (the paper). The judge's and the verification's tokens scale with the groups judged: this trades credit for cost"""
     negative_credit: bool = False
@@ -227,7 +229,7 @@ CHOICES = {
     "verify_estimate": ["fresh", "pooled"],
     "credit_scope": ["segment", "matched"],
     "judge_success": ["shortest", "judge"],
-    "judge": ["builtin", "random", "hf", "openai"],
+    "judge": ["builtin", "random", "hf", "openai", "truth"],
     "rollout": ["hf", "vllm"],
     "loss_agg": ["token-mean", "traj-mean"],
     "preset": ["small", "full"],
@@ -325,6 +327,7 @@ RULES = [
     ("credit_z", lambda v: v >= 0, ">= 0 (SEs below Δ̂)"), ("verify_k_max", lambda v: v >= 0, ">= 0 (0 = off)"),
     ("focus", lambda v: 0.0 <= v <= 1.0, "β, must be in [0, 1] (1 = the paper)"),
     ("judge_max", lambda v: v >= 0, ">= 0 (0 = every eligible group)"),
+    ("trust_judge", lambda v: v >= 0, ">= 0 (0 = off: verify)"),
 ]
 
 
@@ -363,6 +366,14 @@ def validate(cfg: Config) -> dict:
             # continuations with the segment's, which the exact verifier does not run
             raise ValueError(f"--method {cfg.method} with --negative-credit: not supported (the exact arms value the "
                              "judged segment only); use --method prover-plus --negative-credit")
+    if cfg.trust_judge > 0 and cfg.negative_credit:
+        raise ValueError("--trust-judge with --negative-credit: the alternatives are verified against the segment's "
+                         "continuations, which --trust-judge does not run; use one of them")
+    if cfg.judge == "truth":
+        if cfg.env != "keydoor":
+            raise ValueError("--judge truth: needs the env's truth labels, which only --env keydoor has (the credit lab)")
+        if METHODS[cfg.method].judge != "judge":
+            raise ValueError(f"--judge truth: proposes segments for ProVer's methods; --method {cfg.method} has no segment judge")
     if not cfg.oracle_eps >= 0:
         raise ValueError(f"--oracle-eps {cfg.oracle_eps}: must be >= 0")
     spec = envs.get_spec(cfg.env)

@@ -19,6 +19,7 @@ import random
 from infra import dist
 import envs
 import judge
+from lab.truth_judge import TruthJudge
 from methods import METHODS, criticsearch
 from infra import policy
 from infra import warmstart
@@ -165,6 +166,8 @@ def judge_setup(cfg, model, tok):
             kw.update(model=sampling_model(model), tokenizer=tok)
     if kind == "critic":
         return criticsearch.make_critic(cfg.judge, **kw)
+    if cfg.judge == "truth":             # the credit lab's perfect selection (config.validate: keydoor only)
+        return TruthJudge()
     return judge.make_judge(cfg.judge, **kw)
 
 

@@ -131,17 +131,20 @@ def credit_sums(groups, adv_grpo, adv_final, kind: str | None) -> dict:
 
 def judge_sums(groups, proposals) -> dict:
     """Hits of the judge's proposals (g, sid, start, end, ...) on the examined success's key turn."""
-    hits = present = fail_props = fail_hits = 0
-    for g, sid, start, end, *_ in proposals:
+    hits = present = fail_props = fail_hits = hit_cred = miss_cred = 0
+    for g, sid, start, end, _delta, applied in proposals:
         turns = groups[g][sid].turns
         key = [t for t, tn in enumerate(turns) if tn.truth == "key"]
         present += bool(key)
         hit = any(start <= t <= end for t in key)
         hits += hit
+        hit_cred += hit and applied            # verification's discrimination: credited given pivotal ...
+        miss_cred += (not hit) and applied     # ... and given not pivotal
         if any(not tr.won and any(tn.truth == "nokey" for tn in tr.turns) for tr in groups[g]):
             fail_props += 1
             fail_hits += hit
-    return {"proposals": len(proposals), "hits": hits, "present": present, "fail_props": fail_props, "fail_hits": fail_hits}
+    return {"proposals": len(proposals), "hits": hits, "present": present, "fail_props": fail_props, "fail_hits": fail_hits,
+            "hit_cred": hit_cred, "miss_cred": miss_cred}
 
 
 def step_metrics(probe: Probe | None, model, groups, adv_grpo, adv_final, proposals, method: str) -> dict:
@@ -173,6 +176,10 @@ def merge(parts: list[dict]) -> dict:
             out[f"lab/credit_{x}"] = tot[f"{x}_sum"] / tot[f"{x}_n"]
     if tot["proposals"]:
         out["lab/judge_hit"] = tot["hits"] / tot["proposals"]
+        if tot["hits"]:
+            out["lab/credited_pivotal"] = tot["hit_cred"] / tot["hits"]          # P(credited | segment holds the key turn)
+        if tot["proposals"] > tot["hits"]:
+            out["lab/credited_other"] = tot["miss_cred"] / (tot["proposals"] - tot["hits"])   # P(credited | it does not)
         out["lab/judge_key_present"] = tot["present"] / tot["proposals"]
         out["lab/proposals"] = tot["proposals"]
     if tot.get("fail_props"):

@@ -8,7 +8,8 @@ judged    --judge-max N: judge a uniform draw of N eligible groups (seeded by --
 propose   --judge-success judge: the judge sees every success's preview and names the one it
           examines (an invalid choice falls back to the shortest: prover/success_fallback/*).
 verify    --verify-crn (common random numbers, paired SE), --verify-k-max (rounds until Δ̂ ≠ 0 and
-          |Δ̂| ≥ z·SE), --verify-estimate fresh|pooled (verify.py).
+          |Δ̂| ≥ z·SE), --verify-estimate fresh|pooled (verify.py); --trust-judge C: no verification,
+          Δ̂ := C for every proposal (the ablation that shows what verification buys).
 decide    --credit-test  positive: Δ̂ > m, b = λ·Δ̂ (paper) | se: also Δ̂ > z·SE, b = λ·Δ̂ |
           shrink: also Δ̂ > z·SE, b = λ·max(Δ̂ − z·SE, 0).
 targets   --credit-scope matched: b also goes to every run u..u+(r−ℓ) of the group that took τ*'s
@@ -47,7 +48,8 @@ PLUS = {"max_success": ALL_MIXED, "judge_success": "judge", "credit_scope": "mat
 def options_on(cfg) -> bool:
     """Any option away from the paper's default (then segments.md and the records say what it did)."""
     return (cfg.credit_test != "positive" or cfg.credit_scope != "segment" or cfg.negative_credit
-            or cfg.focus != 1.0 or cfg.verify_crn or cfg.verify_k_max > 0 or cfg.judge_success != "shortest")
+            or cfg.focus != 1.0 or cfg.verify_crn or cfg.verify_k_max > 0 or cfg.judge_success != "shortest"
+            or cfg.trust_judge > 0)
 
 
 def view_key(tr, t: int, history_len: int) -> tuple:
@@ -139,6 +141,8 @@ class Options(prover.Paper):
 
     def verify(self, estimate, agent, envs, traj, p, seed):
         c = self.cfg
+        if c.trust_judge > 0:           # no continuations: the judge's segment is worth C by fiat
+            return verify.Verification(c.trust_judge, 0.0, 0.0, c.trust_judge, 0, [], [])
         return estimate(agent, envs, traj, p.start_turn, p.end_turn, c.verify_k, c.temperature, seed=seed,
                         crn=c.verify_crn, k_max=c.verify_k_max, z=c.credit_z, fresh=c.verify_estimate == "fresh")
 

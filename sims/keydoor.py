@@ -96,6 +96,9 @@ OPTIONS: dict[str, envs.EnvOption] = {
                            "taking the cursed coin multiplies the door's chance by 1 - trap (0 = no coin)"),
     "expert_key": envs.EnvOption(float, 0.5, envs.in_range(0.0, 1.0),
                                  "warm-start expert: chance it takes the key in an episode"),
+    "expert_neutral": envs.EnvOption(float, 0.0, envs.in_range(0.0, 1.0),
+                                     "warm-start expert: chance it examines a distractor in each room before "
+                                     "moving on (neutral actions the warm start copies; 0 = it ignores them)"),
     "keys": envs.EnvOption(int, 1, envs.in_range(1, 4),
                            "keys, one in each room from pivot on; the door's chance rises linearly with the keys held"),
     "apples": envs.EnvOption(float, 0.0, envs.in_range(0.0, 1.0),
@@ -107,11 +110,11 @@ APPLE_CHANCE = 0.5     # a middle room's chance to hide an apple, drawn from sel
 
 def check_params(rooms: int, pivot: int, p_key: float, p_nokey: float, distractors: int,
                  trap: float, expert_key: float, max_steps: int | None = None, keys: int = 1,
-                 apples: float = 0.0) -> None:
+                 apples: float = 0.0, expert_neutral: float = 0.0) -> None:
     """Each option's own check plus the rules across options; ValueError with one line naming
     the option. (parse_env_opts already checks each option alone; this also covers direct calls.)"""
     vals = dict(rooms=rooms, pivot=pivot, p_key=p_key, p_nokey=p_nokey, distractors=distractors,
-                trap=trap, expert_key=expert_key, keys=keys, apples=apples)
+                trap=trap, expert_key=expert_key, keys=keys, apples=apples, expert_neutral=expert_neutral)
     for k, v in vals.items():
         opt = OPTIONS[k]
         ok_type = (isinstance(v, int) and not isinstance(v, bool)) if opt.type is int else \
@@ -211,6 +214,8 @@ class State:
     done: bool = False
     won: bool = False
     expert_takes_key: bool = False         # the imperfect expert's decision for this episode
+    expert_neutral: tuple = ()             # rooms where the expert examines a distractor first (expert_neutral)
+    examined: tuple = ()                   # rooms where something was examined (the expert does it once)
     apple_score: float = 0.0               # apples collected × their worth (no effect on what follows)
 
 
@@ -220,10 +225,13 @@ class KeyDoor:
 
     def __init__(self, split: str = "train", seed: int = 0, rooms: int = 8, pivot: int = 0,
                  p_key: float = 0.8, p_nokey: float = 0.2, distractors: int = 1, trap: float = 0.0,
-                 expert_key: float = 0.5, max_steps: int | None = None, keys: int = 1, apples: float = 0.0):
+                 expert_key: float = 0.5, max_steps: int | None = None, keys: int = 1, apples: float = 0.0,
+                 expert_neutral: float = 0.0):
         if split not in SPLITS:
             raise ValueError(f"keydoor: no split {split!r}; choose one of {list(SPLITS)}")
-        check_params(rooms, pivot, p_key, p_nokey, distractors, trap, expert_key, max_steps or None, keys, apples)
+        check_params(rooms, pivot, p_key, p_nokey, distractors, trap, expert_key, max_steps or None, keys, apples,
+                     expert_neutral)
+        self.expert_neutral = float(expert_neutral)
         self.keys, self.apples = int(keys), float(apples)
         self.middle = frozenset(middle_rooms(rooms, pivot, keys)) if apples > 0 else frozenset()
         max_steps = max_steps or 3 * rooms + 2          # 0 / None: the default
@@ -266,7 +274,11 @@ class KeyDoor:
             raise ValueError(f"keydoor: task {task} out of range for split {self.split!r}")
         self.rng = np.random.default_rng(self._seed_seq(task, 0xD00))     # the door's draw
         expert = np.random.default_rng(self._seed_seq(task, 0xE4)).random() < self.expert_key
-        self.s = State(task=task, items=self.layout(task), expert_takes_key=bool(expert))
+        # the expert's neutral detours: one draw per room, from its own stream (the other draws are
+        # unchanged by this option, so a task is the same game with it on or off)
+        g = np.random.default_rng(self._seed_seq(task, 0xE5))
+        neutral = tuple(r for r, u in enumerate(g.random(self.rooms)) if u < self.expert_neutral and self.distractors)
+        self.s = State(task=task, items=self.layout(task), expert_takes_key=bool(expert), expert_neutral=neutral)
         return self._room() + f"\n\nYour task is to: {TASK}", self._info("")
 
     def step(self, action: str) -> tuple[str, float, bool, dict]:
@@ -307,6 +319,8 @@ class KeyDoor:
             obs = f"You drop the {obj}."
         elif verb == "examine" and (obj in here or obj in s.held):
             obs = DESCRIPTIONS[obj]
+            if s.room not in s.examined:
+                s.examined = s.examined + (s.room,)
         else:
             obs = NOTHING
         if s.steps >= self.max_steps:
@@ -327,11 +341,16 @@ class KeyDoor:
         self.rng.bit_generator.state = rng_state
 
     def expert_action(self) -> str:
-        """The imperfect expert: takes the key if it decided so at reset, never the coin, ignores
-        distractors, goes forward and opens the door."""
+        """The imperfect expert: takes the key if it decided so at reset, never the coin, goes
+        forward and opens the door; it ignores distractors, but for `expert_neutral` > 0 it first
+        examines the room's first distractor in the rooms drawn at reset (once per room)."""
         s = self.s
         if KEY in s.items[s.room] and s.expert_takes_key:
             return f"take {KEY}"
+        if s.room in s.expert_neutral:
+            objs = [x for x in s.items[s.room] if x not in (KEY, TRAP)]
+            if objs and s.room not in s.examined:
+                return f"examine {objs[0]}"
         return "open door" if s.room == self.rooms - 1 else "go forward"
 
     # ---- helpers ------------------------------------------------------------------------------

@@ -75,7 +75,11 @@ def test_credit_precision_on_a_hand_built_group():
     assert (s3["on"], s3["total"], s3["key_n"]) == pytest.approx((s2["on"], s2["total"], s2["key_n"]))
     # judge hits: a proposal covering turn 1 of trajectory 0 hits; one on turns 2-3 does not
     j = lab.judge_sums(g, [(0, 0, 0, 1, 0.2, True), (0, 0, 2, 3, 0.0, False), (0, 1, 0, 0, 0.1, True)])
-    assert j == {"proposals": 3, "hits": 1, "present": 2, "fail_props": 0, "fail_hits": 0}
+    assert j == {"proposals": 3, "hits": 1, "present": 2, "fail_props": 0, "fail_hits": 0, "hit_cred": 1, "miss_cred": 1}
+    # verification's discrimination from the truth labels: the hit was credited (1 of 1), one of the
+    # two misses was (1 of 2)
+    md = lab.merge([{**s2, "q_key": 0.3, "shaped": True, **j}])
+    assert md["lab/credited_pivotal"] == 1.0 and md["lab/credited_other"] == 0.5
     # a failure that left the key behind ("nokey"): its group's proposals count in judge_hit_fail
     fail = _traj(2, ["nokey", "", ""])
     fail.won = False

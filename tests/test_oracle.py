@@ -489,3 +489,50 @@ def test_oracle_speed_bench_times_both_scorers_on_the_same_dp(tmp_path):
     assert json.load(open(tmp_path / "oracle_speed.json")) == json.loads(json.dumps(out))
     with pytest.raises(SystemExit, match="--rooms 70"):
         oracle_speed.main(["--rooms", "70", "--out", str(tmp_path)])
+
+
+def examining_policy(q: float, x: float):
+    """Scripted: in a room with a distractor not yet examined, examines it with probability x;
+    takes the key with probability q (else walks on); opens the door in the last room."""
+    def pol(views):
+        out = []
+        for v in views:
+            adm = v.info["admissible"]
+            ex = [a for a in adm if a.startswith("examine ") and a != "examine key"]
+            move = "open door" if "open door" in adm else "go forward"
+            if "take key" in adm:
+                out.append({"take key": q, move: 1 - q})
+            elif ex and not v.obs.startswith(("A ", "An ", "It ")) and x > 0:
+                out.append({ex[0]: x, move: 1 - x})
+            else:
+                out.append({move: 1.0})
+        return out
+    return pol
+
+
+def test_expert_neutral_changes_the_expert_only_never_the_values():
+    """keydoor's expert_neutral option: the expert examines a distractor once in the rooms drawn at
+    reset, which the warm start copies; the game (layout, door draw) and so every exact value and
+    advantage under a given policy are the same with it on and off, and neutral turns are worth 0."""
+    off = dict(rooms=4, distractors=1, p_key=0.55, p_nokey=0.45)
+    on = dict(off, expert_neutral=1.0)
+    for task in range(5):
+        a, b = keydoor.make(split="test", seed=0, **off), keydoor.make(split="test", seed=0, **on)
+        a.reset(task), b.reset(task)
+        assert a.layout(task) == b.layout(task) and a.rng.bit_generator.state == b.rng.bit_generator.state
+        acts = []
+        while not b.s.done:
+            act = b.expert_action()
+            acts.append(act)
+            b.step(act)
+        assert sum(x.startswith("examine ") for x in acts) == 4          # once in every room (expert_neutral 1)
+        assert [x for x in acts if not x.startswith("examine ")] == (["take key"] if b.s.expert_takes_key else []) \
+            + ["go forward"] * 3 + ["open door"]
+    pol = examining_policy(0.5, 0.3)
+    (_, s_off), (_, s_on) = _start(off), _start(on)
+    v_off, v_on = oracle.Oracle(off, pol, eps=0.0), oracle.Oracle(on, pol, eps=0.0)
+    assert v_on.values([s_on])[0] == pytest.approx(v_off.values([s_off])[0], abs=1e-12)
+    assert v_on.values([s_on])[0] == pytest.approx(0.5 * 0.55 + 0.5 * 0.45)
+    ex = next(a for a in s_on.info["admissible"] if a.startswith("examine ") and a != "examine key")
+    # examining first, then the same choice: a neutral decision, advantage 0
+    assert v_on.turn_q(s_on, ex) == pytest.approx(v_on.values([s_on])[0], abs=1e-12)

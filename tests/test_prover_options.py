@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import random
+import re
 from collections import Counter
 
 import pytest
@@ -729,3 +730,55 @@ def test_adaptive_k_pooled_estimate_is_biased_and_the_fresh_batch_is_not(kd):
         if crn:        # the fresh batch's ids k_stop … 2·k_stop − 1 are those its pre side used
             d = verify._crn_outcomes(agent, p, [tr.turns[k].state], list(range(f.id0, f.id0 + f.k)), 1.0, 7)
             assert d == f.pre
+
+
+# ---------------------------------------------------------------------------------------------
+# The parts' arms: the truth judge (perfect selection) and --trust-judge (no verification)
+# ---------------------------------------------------------------------------------------------
+def test_truth_judge_picks_the_labelled_key_turn_and_drops_a_success_without_it(kd):
+    from lab.truth_judge import TruthJudge
+    spec, tok, pool = kd
+    agent = Agent(KnownPolicy(tok, 0.5), tok, spec)
+    grp = _eligible_group(agent, pool(1.0, 0.0), 10)
+    jd = TruthJudge()
+    for sid, tr in enumerate(grp):
+        if not tr.won or len(tr.turns) < 2:
+            continue
+        res = jd.propose(grp, sid)
+        if any(tn.truth == "key" for tn in tr.turns):
+            t = next(tn.t for tn in tr.turns if tn.truth == "key")
+            assert res.status == "valid" and (res.proposal.start_turn, res.proposal.end_turn) == (t, t)
+            assert tr.turns[t].action == "take key" and res.completion_tokens == 0
+        else:
+            assert res.proposal is None and res.reason_key == "no_pivot"
+
+
+def test_truth_judge_and_trust_judge_refuse_what_they_cannot_do_in_one_line():
+    for argv, want in ((["--env", "alfworld", "--judge", "truth"], "only --env keydoor has"),
+                       (["--env", "keydoor", "--judge", "truth", "--method", "criticsearch"], "no segment judge"),
+                       (["--env", "keydoor", "--trust-judge", "1", "--negative-credit"], "use one of them"),
+                       (["--env", "keydoor", "--trust-judge", "-1"], "--trust-judge -1.0: >= 0")):
+        with pytest.raises(ValueError, match=re.escape(want)):
+            config.validate(config.parse_args(argv))
+    config.validate(config.parse_args(["--env", "keydoor", "--judge", "truth", "--method", "prover-plus"]))
+
+
+def test_trust_judge_credits_the_judges_segment_without_continuations(kd, tmp_path):
+    """--trust-judge C: every proposal is credited λ·C and no continuation is run (tokens/verify 0)."""
+    from train import Run
+    spec, tok, pool = kd
+    agent = Agent(KnownPolicy(tok, 0.5), tok, spec)
+    p = pool(1.0, 0.0)
+    grp = _eligible_group(agent, p, 10)
+    adv = grpo.trajectory_advantages([grp])
+    base = [[list(t) for t in g] for g in adv]
+    cfg = config.Config(env="keydoor", verify_k=8, trust_judge=0.25, lam=2.0)
+    run = Run(cfg, agent, spec, {}, list(p), judge.make_judge("builtin"), str(tmp_path), step=1)
+    before = agent.counter["tokens/verify"]
+    st = prover_options.prover_credit([grp], adv, run)
+    assert st["prover/proposals"] == 1 and st["prover/credited"] == 1
+    assert agent.counter["tokens/verify"] == before                 # no continuation was run
+    r = run.records[0]
+    assert r["delta"] == 0.25 and r["bonus"] == pytest.approx(0.5) and r["k"] == 0
+    d = diff(base, adv)
+    assert d == {(r["sid"], t): pytest.approx(0.5) for t in range(r["start"], r["end"] + 1)}
