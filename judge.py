@@ -18,8 +18,8 @@ Backends (`JUDGES`, `make_judge`):
   builtin  offline, uses the two tools and nothing else: for each valid non-terminal turn of τ* it
            searches the failures for the same action; a turn's divergence is the share of failed
            runs that never take it; the proposal is the earliest turn with the highest divergence
-           (a 1-turn segment). Tokens: a whitespace estimate of what an LLM judge doing the same
-           would read and write. Ours, not the paper's: a heuristic stand-in for an LLM.
+           (a 1-turn segment). Tokens: what an LLM judge doing the same
+           would read and write (in the policy tokenizer's ids under train.py). Ours: a stand-in for an LLM.
   random   a uniformly random valid segment of τ* (the paper's ablation); 0 tokens.
   hf       a local transformers chat model (infra/chat.py), tool calls parsed from its text.
   openai   any OpenAI-compatible /v1/chat/completions endpoint; exhausted retries or a malformed
@@ -311,8 +311,12 @@ class AgentJudge:
 class BuiltinJudge:
     """Contrastive judge over the two tools (see the module docstring). It reads the success as
     the prompt shows it and the failures only through `GroupTools`, so it never sees more than
-    an LLM judge would."""
+    an LLM judge would. `count_tokens(text)`: how its tokens are counted (train.py passes the
+    policy tokenizer's, so judge and policy tokens share one unit; default a whitespace count)."""
     name = "builtin"
+
+    def __init__(self, count_tokens: Callable[[str], int] = estimate_tokens):
+        self.count_tokens = count_tokens
 
     def propose(self, group: list[Trajectory], success_id: int, choose_success: bool = False) -> JudgeResult:
         bad = _check_group(group, success_id)
@@ -341,9 +345,9 @@ class BuiltinJudge:
         assert prop is not None, err          # valid by construction; a bug if not
         log.append({"role": "assistant", "content": json.dumps(obj)})
         sys_prompt = build_system_prompt(group, default, choose_success)
-        pt = estimate_tokens(sys_prompt) + sum(estimate_tokens(m["content"]) for m in log
+        pt = self.count_tokens(sys_prompt) + sum(self.count_tokens(m["content"]) for m in log
                                                if m["role"] == "tool")
-        ct = sum(estimate_tokens(m["content"]) for m in log if m["role"] == "assistant")
+        ct = sum(self.count_tokens(m["content"]) for m in log if m["role"] == "assistant")
         return JudgeResult(prop, "valid", None, 0, tools.calls, pt, ct, log, tools.errors,
                            success_id if choose_success else None)
 

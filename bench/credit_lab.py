@@ -223,6 +223,11 @@ def summarize(d: str, iters: int) -> dict | None:
             "expected_success_final": next((r["eval/expected_success"] for r in reversed(tr) if "eval/expected_success" in r), None),
             "final_success": ev[-1]["eval/success"], "init_success": ev[0]["eval/success"],
             "judge_hit": mean_of(tr, "lab/judge_hit"), "accept_rate": mean_of(tr, "prover/accept_rate"),
+            # verification's discrimination (means over the updates that had such proposals)
+            "credited_pivotal": mean_of(tr, "lab/credited_pivotal"), "credited_other": mean_of(tr, "lab/credited_other"),
+            # one unit, two columns: the policy's generated tokens (rollouts + verification) and the judge's
+            "policy_tokens_per_update": sum(r.get("tokens/rollout", 0) + r.get("tokens/verify", 0) for r in tr) / len(tr),
+            "judge_tokens_per_update": sum(r.get("tokens/judge", 0) + r.get("tokens/judge_prompt", 0) for r in tr) / len(tr),
             "credit_precision": mean_of(tr, "lab/credit_precision"),
             "tokens_per_update": sum(r.get("tokens/rollout", 0) + r.get("tokens/verify", 0) + r.get("tokens/judge", 0) for r in tr) / len(tr),
             "verify_tokens_per_credit": sum(r.get("tokens/verify", 0) for r in tr) / credited if credited else None,

@@ -156,6 +156,9 @@ def judge_setup(cfg, model, tok):
     kw: dict = {}
     if cfg.judge == "random":
         kw["seed"] = cfg.seed
+    elif cfg.judge == "builtin" and kind == "judge":
+        # its tokens in the policy tokenizer's ids: one unit for policy and judge tokens
+        kw["count_tokens"] = lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
     elif cfg.judge == "openai":
         kw.update(base_url=cfg.judge_url or None, model=cfg.judge_model or None, timeout=cfg.judge_timeout)
     elif cfg.judge == "hf":
