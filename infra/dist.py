@@ -412,8 +412,13 @@ def launch(n: int, script: str, argv: list[str], t0: float, keep_fds: tuple = ()
     if user_stop:
         return 130
     if killed is not None:            # already reported; the others were stopped by us
-        if errs[killed[0]] is not None:  # TEMPDEBUG
-            errs[killed[0]].seek(0); sys.stderr.write("TEMPDEBUG worker stderr:\n" + errs[killed[0]].read()[-8000:])  # TEMPDEBUG
+        # a worker that aborted itself (SIGABRT: a C++ library's terminate, e.g. gloo's "collective
+        # mismatch") wrote why before dying: show its last lines (rank 0's went to the console)
+        if errs[killed[0]] is not None:
+            errs[killed[0]].seek(0)
+            tail = errs[killed[0]].read()[-2000:].strip()
+            if tail:
+                sys.stderr.write(f"train.py: worker {killed[0]}'s last output:\n{tail}\n")
         return _exit_status(killed[1])
     failed = [r for r, c in enumerate(codes) if c not in (0, 130)]   # 130: stopped by us
     if not failed:

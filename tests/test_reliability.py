@@ -274,3 +274,27 @@ def test_warm_start_bar_does_not_count_the_success_checks(monkeypatch):
     assert seen["n"] == 6
     assert seen["elapsed"] < wall - 2.5             # the 3 s of checks are not in the bar's clock
     assert seen["rate"] is None or 1.0 / seen["rate"] < 1.0    # s/step: the steps' own (~0.05 s), not ~0.5 s
+
+
+def test_a_worker_that_aborts_itself_is_reported_with_its_last_output(tmp_path, capsys):
+    """A worker killed by its own SIGABRT (a C++ library's terminate: e.g. gloo's collective
+    mismatch) wrote why before dying: the launcher's one line is followed by that worker's last
+    output, and the others are stopped (exit 128 + 6)."""
+    from infra import dist
+    script = tmp_path / "w.py"
+    script.write_text("import os, sys, time\n"
+                      "if os.environ['RANK'] == '1':\n"
+                      "    sys.stderr.write('terminate called: gloo::EnforceNotMet (collective mismatch)\\n')\n"
+                      "    sys.stderr.flush()\n"
+                      "    os.abort()\n"
+                      "time.sleep(60)\n")
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        t0 = time.time()
+        rc = dist.launch(2, str(script), [], time.time())
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    err = capsys.readouterr().err
+    assert rc == 134 and time.time() - t0 < 30
+    assert "worker 1 died (signal 6, SIGABRT)" in err and "gloo::EnforceNotMet (collective mismatch)" in err
