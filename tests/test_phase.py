@@ -105,3 +105,19 @@ def test_arms_carry_their_own_settings_and_a_revised_arm_refuses_its_old_summari
     runs.save_summary(credit_phase.kept(job, args), old, {"p_curve": [[1, 0.5]]})
     with pytest.raises(SystemExit, match="credit_rev"):
         credit_phase.result(job, args)
+
+
+def test_credit_parts_tests_are_one_sided_paired_and_named():
+    """bench/credit_parts.py's family: half:ARM tests E > ½ as mean of (m − g) − ½(o − g) > 0 and
+    beats:A>B the paired AUC_A − AUC_B > 0, each with the exact one-sided sign-flip p."""
+    import credit_parts
+    g = {s: 0.5 for s in range(6)}
+    o = {s: 0.9 for s in range(6)}
+    m = {s: 0.5 + 0.3 + 0.01 * s for s in range(6)}          # 0.3 + ... of a 0.4 gain: E ≈ 0.8
+    jo = {s: 0.5 + 0.1 for s in range(6)}
+    t = credit_parts.run_tests(["half:pv", "beats:pv>jo", "beats:jo>pv"], {"grpo": g, "oracle": o, "pv": m, "jo": jo})
+    assert t["half:pv"]["n"] == 6 and t["half:pv"]["mean"] == pytest.approx(0.1 + 0.025)
+    assert t["half:pv"]["p"] == pytest.approx(1 / 64)             # all 6 differences positive: 1 of 2^6 patterns
+    assert t["beats:pv>jo"]["p"] == pytest.approx(1 / 64) and t["beats:jo>pv"]["p"] == pytest.approx(1.0)
+    with pytest.raises(SystemExit, match="half:ARM or beats"):
+        credit_parts.run_tests(["nope:pv"], {})
