@@ -11,7 +11,8 @@ exercised too) and runs 2 updates with one process (`--workers 1`). `compare` ch
 that metrics.jsonl (keys in order; the time/* keys left out: wall-clock times differ), records.jsonl and
 segments.md are identical, and that the final checkpoint's weights are bitwise equal (a hash
 of every tensor's bytes). Bit-identity holds on one machine: another CPU's BLAS kernels may
-round differently, so record and compare on the same machine.
+round differently, so record and compare on the same machine. `compare --ignore KEY ...` leaves
+out metric keys a deliberate change moved (say which, and why, where you report it).
 """
 from __future__ import annotations
 
@@ -61,20 +62,26 @@ def record(out: str) -> None:
             f.write(weights_hash(run_dir) + "\n")
 
 
-def _read(path: str, name: str) -> object:
+def _read(path: str, name: str, ignore: tuple = ()) -> object:
     p = os.path.join(path, name)
     if not os.path.exists(p):
         return None
-    if name == "metrics.jsonl":       # wall-clock times differ from run to run; keys compared in order
-        return [[(k, v) for k, v in json.loads(line).items() if not k.startswith("time/")] for line in open(p)]
+    drop = lambda k: k.startswith("time/") or k in ignore       # noqa: E731  (wall-clock times differ run to run)
+    if name == "metrics.jsonl":       # keys compared in order
+        return [[(k, v) for k, v in json.loads(line).items() if not drop(k)] for line in open(p)]
+    if name == "records.jsonl" and ignore:     # a record carries the update's metrics row under "stats"
+        recs = [json.loads(line) for line in open(p)]
+        for r in recs:
+            r["stats"] = [(k, v) for k, v in (r.get("stats") or {}).items() if not drop(k)]
+        return recs
     return open(p, "rb").read()
 
 
-def compare(a: str, b: str) -> int:
+def compare(a: str, b: str, ignore: tuple = ()) -> int:
     bad = 0
     for name in RUNS:
         for f in (*FILES, "weights.sha256"):
-            x, y = _read(os.path.join(a, name), f), _read(os.path.join(b, name), f)
+            x, y = _read(os.path.join(a, name), f, ignore), _read(os.path.join(b, name), f, ignore)
             same = x == y
             bad += not same
             print(f"{name:22s} {f:16s} {'identical' if same else 'DIFFERENT'}"
@@ -90,11 +97,12 @@ def main() -> None:
     c = sub.add_parser("compare")
     c.add_argument("a")
     c.add_argument("b")
+    c.add_argument("--ignore", nargs="*", default=[], help="metric keys a deliberate change moved (named in the log)")
     args = ap.parse_args()
     if args.cmd == "record":
         record(args.out)
     else:
-        raise SystemExit(compare(args.a, args.b))
+        raise SystemExit(compare(args.a, args.b, tuple(args.ignore)))
 
 
 if __name__ == "__main__":
