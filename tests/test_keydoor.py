@@ -348,9 +348,10 @@ def test_rollout_groups_and_continuations_draw_independently():
 def test_parse_env_opts():
     spec = envs.get_spec("keydoor")
     assert set(spec.options) == {"rooms", "pivot", "p_key", "p_nokey", "distractors", "trap", "expert_key", "keys",
-                                 "apples"}
+                                 "apples", "expert_neutral"}
     assert {k: o.default for k, o in spec.options.items()} == dict(
-        rooms=8, pivot=0, p_key=0.8, p_nokey=0.2, distractors=1, trap=0.0, expert_key=0.5, keys=1, apples=0.0)
+        rooms=8, pivot=0, p_key=0.8, p_nokey=0.2, distractors=1, trap=0.0, expert_key=0.5, keys=1, apples=0.0,
+        expert_neutral=0.0)
     got = envs.parse_env_opts(spec, ["rooms=12", "p_key=0.9", "trap=0.25", "pivot=3"])
     assert got == {"rooms": 12, "p_key": 0.9, "trap": 0.25, "pivot": 3}
     env = spec.make(split="train", seed=0, **got)

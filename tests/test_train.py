@@ -146,7 +146,7 @@ def test_flag_choices_match_what_the_modules_provide():
     assert sorted(config.CHOICES["env"]) == sorted(envs.ENVS)
     assert tuple(config.CHOICES["preset"]) == household.PRESETS
     assert tuple(config.CHOICES["bc_expert"]) == household.EXPERTS
-    assert sorted(config.CHOICES["judge"]) == sorted(judge.JUDGES)
+    assert sorted(config.CHOICES["judge"]) == sorted([*judge.JUDGES, "truth"])   # truth: lab/truth_judge.py (keydoor)
     assert list(config.CHOICES["method"]) == list(methods.METHODS)
     import grpo
     assert tuple(config.CHOICES["loss_agg"]) == grpo.LOSS_AGGS
