@@ -39,13 +39,11 @@ import csv
 import os
 import random
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
-import runs  # noqa: E402  (bench/runs.py)
 import credit_phase as phase  # noqa: E402  (the runs: cells, names, launch, result, speed)
 import paired  # noqa: E402
 
@@ -215,14 +213,7 @@ def main():
     args.regime_list = [parse_regime(r) for r in args.regimes]
     phase.check_cells([c for c, _ in args.regime_list])
     jobs = [(c, m, me, s) for c, m in args.regime_list for s in args.seeds for me in args.methods]
-    for j in jobs:                            # a kept summary from another protocol: one line, before any run
-        runs.load_summary(phase.kept(j, args), phase.protocol(j, args))
-    if not args.report_only:
-        t0 = time.time()
-        todo = [j for j in jobs if phase.result(j, args) is None]
-        runs.run_jobs(jobs, list(dict.fromkeys((c, s) for c, _, _, s in todo)), lambda c, s: phase.warm_start(c, s, args),
-                         lambda j: phase.launch(j, args), args.jobs, "credit ladder runs", phase.name_of)
-        print(f"credit ladder: {len(todo)} runs in {(time.time() - t0) / 60:.1f} min (--jobs {args.jobs} side by side)")
+    phase.run_study(args, jobs, "credit ladder")
     print(report(args, jobs))
 
 

@@ -35,7 +35,6 @@ import argparse
 import csv
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -44,7 +43,6 @@ sys.path.insert(0, ROOT)
 import credit_ladder as ladder  # noqa: E402  (efficiency, regimes)
 import credit_phase as phase  # noqa: E402  (the runs)
 import paired  # noqa: E402
-import runs  # noqa: E402
 
 COLUMNS = ["regime", "arm", "seed", "auc", "p_key_init", "p_key_final", "hit_rate", "credited_pivotal",
            "credited_other", "accept_rate", "policy_tokens", "judge_tokens", "iter_seconds"]
@@ -185,14 +183,7 @@ def main():
     args.regime_list = [ladder.parse_regime(r) for r in args.regimes]
     phase.check_cells([c for c, _ in args.regime_list])
     jobs = [(c, m, me, s) for c, m in args.regime_list for s in args.seeds for me in args.methods]
-    for j in jobs:
-        runs.load_summary(phase.kept(j, args), phase.protocol(j, args))
-    if not args.report_only:
-        t0 = time.time()
-        todo = [j for j in jobs if phase.result(j, args) is None]
-        runs.run_jobs(jobs, list(dict.fromkeys((c, s) for c, _, _, s in todo)), lambda c, s: phase.warm_start(c, s, args),
-                      lambda j: phase.launch(j, args), args.jobs, "credit parts runs", phase.name_of)
-        print(f"credit parts: {len(todo)} runs in {(time.time() - t0) / 60:.1f} min (--jobs {args.jobs} side by side)")
+    phase.run_study(args, jobs, "credit parts")
     print(report(args, jobs))
 
 

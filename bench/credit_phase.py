@@ -39,7 +39,6 @@ import argparse
 import csv
 import dataclasses
 import hashlib
-import json
 import os
 import sys
 import textwrap
@@ -365,6 +364,21 @@ def parse_common(p, methods: list, seeds: list, iters: int, name: str, prog: str
     return args
 
 
+def run_study(args, jobs, label: str) -> None:
+    """Run every job not yet finished (warm starts first, --jobs side by side); a kept summary made
+    under another protocol is refused with one line before any run. Shared by credit_phase,
+    credit_ladder and credit_parts, whose runs are the same runs."""
+    for j in jobs:
+        runs.load_summary(kept(j, args), protocol(j, args))
+    if args.report_only:
+        return
+    t0 = time.time()
+    todo = [j for j in jobs if result(j, args) is None]
+    runs.run_jobs(jobs, list(dict.fromkeys((c, s) for c, _, _, s in todo)), lambda c, s: warm_start(c, s, args),
+                  lambda j: launch(j, args), args.jobs, f"{label} runs", name_of)
+    print(f"{label}: {len(todo)} runs in {(time.time() - t0) / 60:.1f} min (--jobs {args.jobs} side by side)")
+
+
 def main():
     p = argparse.ArgumentParser(description="GRPO vs exact credit over keydoor regimes and learning rates (resumable)")
     p.add_argument("--cells", nargs="+", default=["rooms=4", "rooms=8"],
@@ -375,14 +389,7 @@ def main():
         raise SystemExit("credit_phase: every --lr-mult must be > 0")
     check_cells(args.cells)
     jobs = [(c, m, me, s) for c in args.cells for s in args.seeds for m in args.lr_mult for me in args.methods]
-    for j in jobs:                            # a kept summary from another protocol: one line, before any run
-        runs.load_summary(kept(j, args), protocol(j, args))
-    if not args.report_only:
-        t0 = time.time()
-        todo = [j for j in jobs if result(j, args) is None]
-        runs.run_jobs(jobs, list(dict.fromkeys((c, s) for c, _, _, s in todo)), lambda c, s: warm_start(c, s, args),
-                         lambda j: launch(j, args), args.jobs, "credit phase runs", name_of)
-        print(f"credit phase: {len(todo)} runs in {(time.time() - t0) / 60:.1f} min (--jobs {args.jobs} side by side)")
+    run_study(args, jobs, "credit phase")
     print(report(args, jobs))
 
 
