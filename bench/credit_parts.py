@@ -93,7 +93,7 @@ def report(args, jobs) -> str:
         g, o = by.get("grpo", {}), by.get("oracle", {})
         pt = {me: {s: r.get("policy_tokens_per_update") for (me2, s), r in mine.items() if me2 == me} for me in args.methods}
         lines += [f"## {name}\n", "| arm | n | AUC | Δ AUC vs GRPO | credit efficiency E | judge hit rate | "
-                  "P(credited \\| pivotal) | P(credited \\| not pivotal) | policy tokens × GRPO | judge tokens / update |",
+                  "credited if pivotal | credited if not pivotal | policy tokens × GRPO | judge tokens / update |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for me in args.methods:
             rs = [r for (me2, _), r in mine.items() if me2 == me]
