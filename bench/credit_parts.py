@@ -92,9 +92,9 @@ def report(args, jobs) -> str:
         adj = paired.holm_family({k: v for k, v in tests.items() if v is not None and v.get("p") is not None})
         g, o = by.get("grpo", {}), by.get("oracle", {})
         pt = {me: {s: r.get("policy_tokens_per_update") for (me2, s), r in mine.items() if me2 == me} for me in args.methods}
-        lines += [f"## {name}\n", "| arm | n | AUC | Δ AUC vs GRPO | credit efficiency E | judge hit rate | "
+        lines += [f"## {name}\n", "| arm | n | AUC | Δ AUC vs GRPO | speed (× GRPO's updates) | credit efficiency E | judge hit rate | "
                   "credited if pivotal | credited if not pivotal | policy tokens × GRPO | judge tokens / update |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for me in args.methods:
             rs = [r for (me2, _), r in mine.items() if me2 == me]
             if not rs:
@@ -104,8 +104,10 @@ def report(args, jobs) -> str:
             e = ladder.efficiency(by[me], g, o) if me not in ("grpo", "oracle") and g and o else None
             ratio = [pt[me][s] / pt["grpo"][s] for s in pt[me] if s in pt.get("grpo", {}) and pt[me][s] and pt["grpo"][s]]
             jt = mean("judge_tokens_per_update")
+            sp = phase.speed(res, cell, mult, me, args.iters) if me != "grpo" else {}
             lines.append(f"| {me} | {len(rs)} | {paired.fmt(paired.summary(list(by[me].values())), digits=3)} | "
-                         f"{paired.fmt(d, digits=3, sign=True) if d else '–'} | {ladder.fmt_eff(e)} | "
+                         f"{paired.fmt(d, digits=3, sign=True) if d else '–'} | "
+                         f"{paired.fmt(paired.summary(list(sp.values())), digits=2) if len(sp) > 1 else '–'} | {ladder.fmt_eff(e)} | "
                          f"{fmt_rate(mean('judge_hit'))} | {fmt_rate(mean('credited_pivotal'))} | "
                          f"{fmt_rate(mean('credited_other'))} | {format(paired.mean(ratio), '.2f') if ratio else '–'} | "
                          f"{'–' if jt is None else format(jt, '.0f')} |")
@@ -128,7 +130,8 @@ def report(args, jobs) -> str:
         w.writerow(COLUMNS)
         w.writerows(rows)
     head = (f"Key-to-door, {args.iters} updates per run, paired seeds. AUC: mean lab/p_key_held over the policies "
-            f"after 0..{args.iters - 1} updates. Judge: the arm's (`builtin` unless the arm says judge=...); hit rate = "
+            f"after 0..{args.iters - 1} updates. Speed: updates to GRPO's final p_key_held of the same seed × GRPO's "
+            f"own (a run that never reaches it counts {args.iters + 1}). Judge: the arm's (`builtin` unless the arm says judge=...); hit rate = "
             "share of its proposals whose segment holds the examined success's key turn. Discrimination from the "
             "truth labels: the share of proposals credited, given they hold the key turn / given they do not. "
             "Tokens: the policy tokenizer's ids; policy = rollouts + verification (× GRPO's on the same seeds, "
