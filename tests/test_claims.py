@@ -417,3 +417,36 @@ if __name__ == "__main__":
         raise SystemExit("usage: python tests/test_claims.py --refresh   (rewrites results/README.md's generated rows)")
     for k in refresh_rows():
         print("refreshed:", k)
+
+
+PARTS = "rooms=4,p_key=0.55,p_nokey=0.45,expert_neutral=0.6@3"          # the parts' preregistered regime
+PV, JO = "prover-plus:lam=3,verify_k=4", "prover-plus:lam=3,trust_judge=0.25"
+
+
+def parts_tests() -> dict[str, list[str]]:
+    """The planned tests' rows of credit_parts.md (the second table of its section): {test: cells}."""
+    text = read("results/credit_parts/credit_parts.md")
+    rows = [ln.strip().strip("|").split(" | ") for ln in text.splitlines() if ln.startswith(("| half:", "| beats:"))]
+    return {r[0].strip(): [c.strip() for c in r] for r in rows}
+
+
+def test_parts_sentence_follows_the_confirmatory_file():
+    """README's sentence on the parts' study: every figure is the file's (the PV arm's hit rate and
+    discrimination, both arms' E), and "neither planned test rejects" is what its Holm p say."""
+    f = "credit_parts/credit_parts.md"
+    hit, cp, co = (cell(f, PARTS, PV, c) for c in ("judge hit rate", "credited if pivotal", "credited if not pivotal"))
+    e_pv, e_jo = (cell(f, PARTS, a, "credit efficiency").split(" (n=")[0] for a in (PV, JO))
+    tests = parts_tests()
+    assert set(tests) == {f"half:{PV}", f"beats:{PV}>{JO}"}                       # exactly the planned family
+    assert all(number(r[3]) >= 0.05 for r in tests.values())                      # Holm p: neither rejects
+    text = " ".join(read("README.md").split())
+    want = (f"hit rate {hit}), verification at K = 4 credits {cp} of the segments that hold the key turn and {co} "
+            f"of the others, and ProVer keeps E {e_pv} of exact credit's gain against {e_jo} for the judge "
+            "trusted without verification; neither planned test rejects")
+    assert want in text, want
+    labs_md = " ".join(read("LABS.md").split())
+    assert (f"hit rate is {hit}, verification at K = 4 credits {cp} of the segments holding the key turn and {co} of "
+            f"the others, and the judge trusted without verification keeps E {e_jo} of exact credit's gain against "
+            f"{e_pv} for judge + verification") in labs_md
+    idx = " ".join(read("results/README.md").split())
+    assert f"judge + verification E {e_pv} (n=10), the judge alone E {e_jo} (n=10); neither planned test rejects" in idx

@@ -137,3 +137,9 @@ def test_method_table_in_readme_is_the_registry():
     """README's method table is the registry's own rendering (methods.markdown_table)."""
     import methods
     assert methods.markdown_table() in open(os.path.join(ROOT, "README.md")).read()
+
+
+def test_the_guides_stay_short():
+    """README is a guide (≤ 12 KB) and results/README.md an index of headline figures (≤ 8 KB)."""
+    assert os.path.getsize(os.path.join(ROOT, "README.md")) <= 12 * 1024
+    assert os.path.getsize(os.path.join(ROOT, "results", "README.md")) <= 8 * 1024
