@@ -163,6 +163,10 @@ class Config:
     """spo-tree: turn depths where every running branch branches (comma-separated)"""
     spo_tree_branch: int = 2
     """spo-tree: children per branching node (the branch itself + b-1 new continuations)"""
+    vine_k: int = 4
+    """vine: continuations per state behind each V̂ (the SE of Â shrinks as 1/√K)"""
+    vine_turns: int = 0
+    """vine: turns credited per trajectory, drawn uniformly and weighted T/m (0 = every turn)"""
     critic_alpha: float = 0.25
     """criticsearch: weight α of the normalised turn labels (A = A^GRPO + α·Â)"""
     # --- judge backends (judge.py)
@@ -317,6 +321,7 @@ RULES = [
     ("minibatches", lambda v: v >= 1, "must be >= 1 (optimizer steps per rollout batch)"),
     ("min_success", lambda v: v >= 1, ">= 1"), ("verify_k", lambda v: v >= 1, ">= 1 (continuations per side)"),
     ("lam", lambda v: v >= 0, ">= 0"), ("spo_interval", lambda v: v >= 1, ">= 1"), ("spo_n", lambda v: v >= 1, ">= 1"),
+    ("vine_k", lambda v: v >= 1, ">= 1"), ("vine_turns", lambda v: v >= 0, ">= 0 (0 = every turn)"),
     ("spo_tree_branch", lambda v: v >= 2, ">= 2"), ("critic_alpha", lambda v: v >= 0, ">= 0"),
     ("tiny_hidden", lambda v: v >= 32 and v % 32 == 0, "a multiple of 32"), ("tiny_layers", lambda v: v >= 1, ">= 1"),
     ("bc_episodes", lambda v: v >= 1, ">= 1"), ("bc_steps", lambda v: v >= 1, ">= 1"),

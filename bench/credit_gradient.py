@@ -88,15 +88,25 @@ def row_key(r: dict) -> tuple:
             r["tokens_rev"])
 
 
-def flat_grad(model, groups, adv, pad_id: int, temperature: float) -> torch.Tensor:
-    """∇ (1/N) Σ_tokens A·log π at the current weights, flattened."""
+def flat_grad(model, groups, adv, pad_id: int, temperature: float, micro_tokens: int = 8192) -> torch.Tensor:
+    """∇ (1/N) Σ_tokens A·log π at the current weights, flattened. N counts every action token; rows
+    with A = 0 add nothing and are skipped; the rest run in micro-batches of ≤ micro_tokens padded
+    tokens, sorted by length (the trainer's way: one padded batch of a long benchmark's turns costs
+    several times more)."""
     rows = grpo.rows_from(groups, adv)
+    n = sum(len(r.action_ids) for r in rows)
+    rows = sorted((r for r in rows if r.adv != 0.0), key=lambda r: len(r.prompt_ids) + len(r.action_ids))
     model.zero_grad(set_to_none=True)
-    ids, attn, mask, _, a = grpo.collate(rows, pad_id)
-    lp = grpo.token_logprobs(model, ids, attn, mask, temperature)      # (B, T-1)
-    obj = (lp * a * mask).sum() / mask.sum().clamp(min=1)
-    obj.backward()
-    g = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    i = 0
+    while i < len(rows):
+        j = i + 1
+        while j < len(rows) and (j + 1 - i) * (len(rows[j].prompt_ids) + len(rows[j].action_ids)) <= micro_tokens:
+            j += 1
+        ids, attn, mask, _, a = grpo.collate(rows[i:j], pad_id)
+        lp = grpo.token_logprobs(model, ids, attn, mask, temperature)      # (B, T-1)
+        ((lp * a * mask).sum() / max(1, n)).backward()
+        i = j
+    g = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in model.parameters()])
     model.zero_grad(set_to_none=True)
     return g.detach().clone()
 

@@ -13,7 +13,7 @@ when a run starts, so `train.py --help` needs no torch.
     prover-plus   methods/prover_options.py
     grpo-matched  methods/grpo_matched.py        gigpo         methods/gigpo.py
     spo-chain     methods/spo.py                 spo-tree      methods/spo.py
-    criticsearch  methods/criticsearch.py
+    criticsearch  methods/criticsearch.py       vine          methods/vine.py (Monte Carlo credit)
     oracle-rb, oracle-add, oracle, prover-exact, prover-plus-exact   lab/ladder.py (keydoor only)
 """
 from __future__ import annotations
@@ -55,6 +55,9 @@ METHODS: dict[str, Method] = {
     "criticsearch": Method("methods.criticsearch:credit", "CriticSearch: a critic labels each turn +1/0/−1 in "
                                                           "hindsight; A += α × normalised label",
                            judge="critic", segments="methods.criticsearch:CRITIC_HEADER", credit_kind="added", prefix="critic/"),
+    "vine": Method("methods.vine:credit", "Monte Carlo credit: Â_t = V̂(s_{t+1}) − V̂(s_t) from K continuations per "
+                                          "restored state, every turn (the benchmarks' positive control)",
+                   credit_kind="final", prefix="vine/"),
     "oracle-rb": Method("lab.ladder:oracle_rb", "GRPO on E[R given the decisions] (the door's draw removed)", lab=True, prefix="oracle/"),
     "oracle-add": Method("lab.ladder:oracle_add", "GRPO + λ·A*, the exact advantage on every turn", lab=True, credit_kind="added", prefix="oracle/"),
     "oracle": Method("lab.ladder:oracle_alone", "the exact advantage A* = Q^π − V^π alone (perfect credit)", lab=True, credit_kind="final", prefix="oracle/"),

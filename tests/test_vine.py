@@ -1,0 +1,153 @@
+"""methods/vine.py — Monte Carlo credit Â_t = V̂(s_{t+1}) − V̂(s_t) — against values known exactly.
+
+    python -m pytest -q tests/test_vine.py
+
+keydoor: a scripted sampler (take the key with probability q, else walk on; open the door at the
+end) acts through the real tokenizer, rollout, restore and continuation code, and lab/oracle.py's DP
+computes A* = Q^π − V^π of the same policy for every turn: each Â_t must agree within its SE.
+ALFWorld (built-in household): a hand-built state one action from winning with two steps left, under
+a sampler that plays the winning action with probability p and `look` otherwise:
+V(s) = 1 − (1 − p)², A(win action) = (1 − p)², A(look) = p − V(s) = −p(1 − p).
+"""
+import math
+import random
+
+import pytest
+
+import envs
+from infra import warmstart
+from infra.policy import Sample
+from lab import oracle
+from methods import vine
+from rollout import Agent, AgentState, make_trajectories, rollout_groups, run_episodes
+from sims import keydoor
+
+Q, P1, P0 = 0.5, 0.9, 0.1
+
+
+class Scripted:
+    """A sampler with an explicit action distribution, `choose(admissible text, rng) -> action`."""
+
+    def __init__(self, tok, choose):
+        self.tok, self.choose = tok, choose
+
+    def sync(self, model):
+        pass
+
+    def generate(self, prompts, max_new_tokens, temperature, seed=None, row_seeds=None):
+        out = []
+        for i, p in enumerate(prompts):
+            rng = random.Random(row_seeds[i] if row_seeds is not None else hash((seed, i)))
+            a = self.choose(self.tok.decode(p), rng)
+            ids = self.tok(f"<action>{a}</action><|im_end|>", add_special_tokens=False)["input_ids"]
+            out.append(Sample(ids, [0.0] * len(ids)))
+        return out
+
+
+def keydoor_choice(prompt, rng):
+    acts = prompt.rsplit("actions:", 1)[-1]            # the compact prompt's admissible list
+    move = "open door" if "open door" in acts else "go forward"
+    return "take key" if "take key" in acts and rng.random() < Q else move
+
+
+def keydoor_policy(views):
+    """The same distribution for the oracle's DP (views → action probabilities)."""
+    out = []
+    for v in views:
+        adm = v.info["admissible"]
+        move = "open door" if "open door" in adm else "go forward"
+        out.append({"take key": Q, move: 1 - Q} if "take key" in adm else {move: 1.0})
+    return out
+
+
+def tokenizer(spec):
+    return warmstart.build_tokenizer(spec.vocabulary() + warmstart.template_texts(spec))
+
+
+def test_keydoor_credit_agrees_with_the_exact_oracle_within_its_se():
+    spec = envs.get_spec("keydoor")
+    tok = tokenizer(spec)
+    agent = Agent(Scripted(tok, keydoor_choice), tok, spec)
+    kw = dict(rooms=4, pivot=1, distractors=0, p_key=P1, p_nokey=P0)
+    pool = [spec.make(split="train", seed=0, **kw) for _ in range(512)]
+    groups = rollout_groups(agent, pool[:16], [0, 1], 8, 1.0, seed=0)
+    trajs = [tr for g in groups for tr in g]
+    K = 64
+    cr = vine.turn_credit(agent, lambda n: pool[:n], trajs, K, 1.0, seed=3)
+    a_star = oracle.Oracle(kw, keydoor_policy, history_len=agent.history_len, eps=0.0).advantages(groups)
+    z, pivotal, k, last = [], 0, 0, []
+    for g, grp in enumerate(groups):
+        for i, tr in enumerate(grp):
+            row = cr[k]
+            k += 1
+            assert [c.t for c in row] == list(range(len(tr.turns))) and all(c.weight == 1.0 for c in row)
+            last.append(row[-1].adv - a_star[g][i][-1])
+            for c, a in zip(row[:-1], a_star[g][i]):
+                pivotal += abs(a) > 0.1                    # the key room's decision: ±0.4 here
+                if c.se == 0:                              # both sides certain (e.g. the last turn's)
+                    assert c.adv == pytest.approx(a, abs=1e-9)
+                else:
+                    z.append((c.adv - a) / c.se)
+    assert pivotal >= 8 and len(z) >= 30
+    assert max(map(abs, z)) < 4.5, max(map(abs, z))
+    assert 0.4 < sum(x * x for x in z) / len(z) < 2.0        # the SE is calibrated: z² averages ≈ 1
+    # the last turn (open door): V̂(s_T) = R is one draw of the door, so Â_{T−1} is unbiased but its
+    # SE leaves that draw out — checked on average over the trajectories instead
+    m = sum(last) / len(last)
+    sd = math.sqrt(sum((x - m) ** 2 for x in last) / (len(last) - 1))
+    assert abs(m) < 4 * sd / math.sqrt(len(last)), (m, sd)
+    assert agent.counter["tokens/verify"] > 0 and agent.counter["env_steps/verify"] > 0
+
+
+def test_alfworld_credit_and_value_at_a_hand_built_state_equal_their_known_values():
+    spec = envs.get_spec("alfworld")
+    tok = tokenizer(spec)
+    probe = spec.make(split="train", seed=0)
+    obs, info = probe.reset(5)
+    n = 0
+    while not info["won"]:                                 # the expert's plan length
+        obs, _, _, info = probe.step(probe.expert_action())
+        n += 1
+    env = spec.make(split="train", seed=0, max_steps=n + 1)    # after n − 1 expert steps, 2 steps are left
+    obs, info = env.reset(5)
+    hist = []
+    for _ in range(n - 1):
+        a = env.expert_action()
+        hist.append((obs, a))
+        obs, _, _, info = env.step(a)
+    win = env.expert_action()
+    s = AgentState(env.snapshot(), obs, info, tuple(hist), n - 1)
+    p = 0.5
+    agent = Agent(Scripted(tok, lambda prompt, rng: win if rng.random() < p else "look"), tok, spec)
+    pool = [spec.make(split="train", seed=0, max_steps=n + 1) for _ in range(512)]
+    K = 400
+    (v, var), = vine.state_values(agent, lambda m: pool[:m], [s], K, 1.0, seed=1)
+    assert abs(v - (1 - (1 - p) ** 2)) < 4 * math.sqrt(var / K)
+    turns, finals = run_episodes(agent, pool[:24], [s] * 24, 1.0, seed=2, purpose="rollout")
+    trajs = make_trajectories(turns, finals, 0, 5)
+    cr = vine.turn_credit(agent, lambda m: pool[:m], trajs, K, 1.0, seed=4)
+    seen = set()
+    for tr, row in zip(trajs, cr):
+        for c in row:
+            left = 2 - c.t                                 # steps left before the turn
+            took = tr.turns[c.t].action == win
+            v_pre = 1 - (1 - p) ** left
+            truth = (1.0 if took else (1 - (1 - p) ** (left - 1))) - v_pre
+            seen.add((c.t, took))
+            assert abs(c.adv - truth) < 4 * c.se + 1e-9, (c.t, took, c.adv, truth, c.se)
+    assert {(0, True), (0, False), (1, True)} <= seen          # both actions at the first turn, the win at the second
+    assert agent.counter["env_steps/verify"] > 0
+
+
+def test_subsampled_turns_are_uniform_and_weighted_so_the_sum_stays_unbiased():
+    rng = random.Random(0)
+    T, m, n = 7, 2, 20000
+    hits = [0] * T
+    for _ in range(n):
+        ts = vine.pick_turns(T, m, rng)
+        assert len(set(ts)) == m and ts == sorted(ts)
+        for t in ts:
+            hits[t] += 1
+    # P(turn in the sample) = m/T, so weight T/m makes E[Σ credit] = Σ_t Â_t
+    assert all(abs(h / n - m / T) < 0.015 for h in hits), hits
+    assert vine.pick_turns(3, 0, rng) == [0, 1, 2] and vine.pick_turns(3, 5, rng) == [0, 1, 2]
