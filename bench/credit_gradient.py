@@ -192,7 +192,7 @@ def main(argv=None) -> None:
         for pol in args.policy:
             cfg = config.parse_args(["--env", "keydoor", *cell_argv(conf), "--model", pol,
                                      "--tasks-per-iter", str(args.tasks), "--group-size", str(args.group),
-                                     "--device", "cpu"])
+                                     "--device", "cpu", "--threads", "1"])   # one thread: --model would take every core
             config.validate(cfg)
             import tempfile
             cfg.out = tempfile.mkdtemp(prefix="credit_gradient-")   # segments.md etc.: scratch

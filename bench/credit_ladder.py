@@ -15,17 +15,21 @@ other way round; nothing finished is re-run.
 
 Per regime and method, against GRPO on the same seeds:
 
-    AUC       mean lab/p_key_held over updates 1..iters
-    speed     updates to GRPO's final p_key_held of the same seed, over GRPO's own (never: iters + 1)
+    AUC       mean lab/p_key_held of the policies after 0..iters − 1 updates (taken before each update)
+    speed     updates to GRPO's final p_key_held of the same seed, over GRPO's own (never: iters + 1);
+              this target moves with the horizon (GRPO's curve is still rising at its end)
+    half-way  median updates until p reaches half the way from the warm start to exact credit's final
+              mean (fixed by the regime, not the horizon); censored runs sort last, reached k of n shown
     Δ AUC     method − GRPO: mean, 95% t CI, exact sign-flip p
     credit efficiency   E = mean(AUC_m − AUC_grpo) / mean(AUC_oracle − AUC_grpo)
               (1 = all of perfect credit's gain, 0 = none of it); its 95% CI is a paired percentile
               bootstrap over seeds (10,000 resamples, seed 0): a ratio of means has no t interval,
               and it is only meaningful where oracle's own gain is clearly above 0
-    ≥ ½ test  d_s = (AUC_m − AUC_grpo) − ½ (AUC_oracle − AUC_grpo): is E above one half (the issue's
-              goal)? mean, t CI and exact sign-flip p of d
+    E > ½     d_s = (AUC_m − AUC_grpo) − ½ (AUC_oracle − AUC_grpo): is E above one half? mean, t CI
+              and the one-sided exact sign-flip p of d (alternative: greater)
     tokens    generated tokens per update (rollout + verification + judge) over GRPO's, same seeds
-p-values are Holm-adjusted over the table's family: every Δ AUC and every ≥ ½ test of every regime.
+Δ AUC's p is two-sided. p-values are Holm-adjusted over the table's family: every Δ AUC and every E > ½
+test of every regime.
 
 Writes results/NAME.{md,csv,png} (--name, a path under --out: default credit_ladder/credit_ladder, the
 study's folder and its stem, e.g. credit_ladder_tinygap/credit_ladder_tinygap; csv: one row per run with at least
@@ -81,12 +85,14 @@ def efficiency(m: dict, g: dict, o: dict, n_boot: int = 10_000, seed: int = 0) -
 
 
 def half_test(m: dict, g: dict, o: dict) -> dict | None:
-    """d_s = (m_s − g_s) − ½ (o_s − g_s): its paired summary (mean, t CI, exact sign-flip p)."""
+    """d_s = (m_s − g_s) − ½ (o_s − g_s): its paired summary (mean, t CI, one-sided exact sign-flip p)."""
     seeds = sorted(set(m) & set(g) & set(o))
     if len(seeds) < 2:
         return None
     d = {s: (m[s] - g[s]) - 0.5 * (o[s] - g[s]) for s in seeds}
-    return paired.paired(d, {s: 0.0 for s in seeds})
+    out = paired.paired(d, {s: 0.0 for s in seeds})
+    out["p"] = paired.sign_flip_p(out["d"], alternative="greater")      # the hypothesis is E > ½: one-sided
+    return out
 
 
 def fmt_eff(e: dict | None) -> str:
@@ -107,6 +113,7 @@ def report(args, jobs) -> str:
             st = {"n": len(by[me]), "auc": paired.summary(list(by[me].values())) if by[me] else None}
             sp = phase.speed(res, cell, mult, me, args.iters) if me != "grpo" else {}
             st["speed"] = paired.summary(list(sp.values())) if sp else None
+            st["halfway"] = phase.fmt_halfway(phase.halfway(res, cell, mult, me))
             tr = [tok[me][s] / tok["grpo"][s] for s in tok[me] if s in tok.get("grpo", {}) and tok["grpo"][s]]
             st["tokens"] = paired.mean(tr) if tr else None
             both = [s for s in tok[me] if s in tok.get("grpo", {})]
@@ -123,6 +130,7 @@ def report(args, jobs) -> str:
                 if h:
                     tests[(name, me, "half")] = st["half"] = h
             stats[(name, me)] = st
+            hw = phase.halfway(res, cell, mult, me)
             for s in sorted(by[me]):
                 r = res[(cell, mult, me, s)]
                 target = res[(cell, mult, "grpo", s)]["p_curve"][-1][1] if (cell, mult, "grpo", s) in res else None
@@ -130,33 +138,36 @@ def report(args, jobs) -> str:
                              phase.first_reach(r["p_curve"], target, args.iters + 1) if target is not None else "",
                              sp.get(s, ""), r["tokens_per_update"],
                              r["tokens_per_update"] / tok["grpo"][s] if s in tok.get("grpo", {}) else "",
-                             r["final_success"], r["iter_seconds"]])
+                             r["final_success"], r["iter_seconds"], "" if hw.get(s) is None else hw[s]])
     os.makedirs(os.path.dirname(os.path.join(args.out, args.name)), exist_ok=True)      # NAME may name a folder
     with open(os.path.join(args.out, f"{args.name}.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["regime", "cell", "lr_mult", "method", "seed", "p_key_init", "p_key_final", "auc",
                     "updates_to_grpo_final", "speed_ratio", "tokens_per_update", "tokens_ratio", "final_success",
-                    "iter_seconds"])
+                    "iter_seconds", "updates_to_halfway"])
         w.writerows(rows)
     adj = paired.holm_family({k: v for k, v in tests.items() if v.get("p") is not None})
     lines = [f"Key-to-door, {args.iters} updates per run, paired seeds (one warm start and the same first rollouts "
-             f"per seed; runs shared with bench/credit_phase.py). AUC = mean `lab/p_key_held` over updates 1..{args.iters}; "
-             f"speed = updates to GRPO's final p_key_held of the same seed × GRPO's own (never: {args.iters + 1}); "
+             f"per seed; runs shared with bench/credit_phase.py). AUC = mean `lab/p_key_held` of the policies after "
+             f"0..{args.iters - 1} updates (taken before each update); speed = updates to GRPO's final p_key_held of the "
+             f"same seed × GRPO's own (never: {args.iters + 1}; the target moves with the horizon); half-way = median "
+             "updates until p is half the way from the warm start to exact credit's final mean (fixed by the regime; "
+             "censored runs sort last; reached k of n); "
              "credit efficiency E = mean(AUC − AUC_grpo) / mean(AUC_oracle − AUC_grpo), 95% paired bootstrap CI; "
-             "'E ≥ ½' = the paired test of (AUC − AUC_grpo) − ½(AUC_oracle − AUC_grpo); mean [95% t CI] (n) "
-             f"elsewhere; p exact sign-flip, Holm over the table's {len(adj)} tests (every Δ AUC and every E ≥ ½ "
+             "'E > ½' = the paired test of (AUC − AUC_grpo) − ½(AUC_oracle − AUC_grpo), one-sided (greater); mean [95% t CI] (n) "
+             f"elsewhere; p exact sign-flip (Δ AUC: two-sided), Holm over the table's {len(adj)} tests (every Δ AUC and every E > ½ "
              "test); tokens = generated tokens per update × GRPO's on the same seeds: the mean of per-seed ratios "
              "(in brackets: the ratio of the means).\n",
-             "| regime | method | n | AUC | speed (× GRPO) | Δ AUC vs GRPO | p | p (Holm) | credit efficiency | "
-             "E − ½ (in AUC) | p | p (Holm) | tokens × GRPO | s / update |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| regime | method | n | AUC | speed (× GRPO) | updates to half-way | Δ AUC vs GRPO | p | p (Holm) | credit efficiency | "
+             "E − ½ (in AUC) | p (E > ½, one-sided) | p (Holm) | tokens × GRPO | s / update |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (name, me), st in stats.items():
         if not st["n"]:
             continue
         d, h, e = st.get("delta"), st.get("half"), st.get("eff")
         lines.append(
             f"| {name} | {me} | {st['n']} | {paired.fmt(st['auc'], digits=3)} | "
-            f"{paired.fmt(st['speed'], digits=2) if st['speed'] else '–'} | "
+            f"{paired.fmt(st['speed'], digits=2) if st['speed'] else '–'} | {st['halfway']} | "
             f"{paired.fmt(d, digits=3, sign=True) if d else '–'} | {paired.fmt_p(d.get('p')) if d else '–'} | "
             f"{paired.fmt_p(adj.get((name, me, 'delta'))) if d else '–'} | "
             f"{fmt_eff(e)} | "
@@ -194,7 +205,7 @@ def plot(args, res):
                 ci = [paired.t_ci(c) for c in cols]
                 ax.fill_between(xs, [a for a, _ in ci], [b for _, b in ci], color=line.get_color(), alpha=0.12)
         ax.set_title(f"{cell} @ lr ×{mult:g}", fontsize=8)
-        ax.set_xlabel("policy updates")
+        ax.set_xlabel("before update x (the policy after x − 1 updates)")
         ax.set_ylabel("lab/p_key_held (mean, 95% t band)")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)

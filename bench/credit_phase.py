@@ -21,8 +21,11 @@ Per (cell, lr multiplier), paired over seeds against GRPO at the same multiplier
 
     speed   updates until the method's p_key_held first reaches GRPO's final p_key_held of the same
             seed (a run that never does counts as --iters + 1), over GRPO's own updates to it;
-            < 1 = faster than GRPO, ≤ 0.5 = "at least twice as fast" (the issue's criterion)
-    AUC     mean of p_key_held over updates 1..iters; Δ AUC vs GRPO with its 95% t CI, exact
+            < 1 = faster than GRPO, ≤ 0.5 = "at least twice as fast"; the target moves with the
+            horizon (GRPO's final point of a curve still rising)
+    half-way  median updates until p_key_held is half the way from the warm start to exact credit's
+            final mean in the cell (a target fixed by the regime); censored runs sort last
+    AUC     mean p_key_held of the policies after 0..iters − 1 updates (taken before each update); Δ AUC vs GRPO with its 95% t CI, exact
             sign-flip p and its Holm adjustment (family: every Δ AUC of the table)
     best lr GRPO's multiplier with the highest AUC per cell (the lab must not handicap GRPO)
 
@@ -227,6 +230,35 @@ def speed(res: dict, cell, mult, method, iters: int) -> dict:
     return out
 
 
+def halfway(res: dict, cell, mult, method, frac: float = 0.5) -> dict:
+    """{seed: updates u (the policy after u updates; the curve's x − 1) at which `method`'s p first
+    reaches p_init + frac·(exact credit's final mean − p_init), None if it never does}: a target
+    fixed by the warm start and the oracle runs of the cell, so it does not move with the horizon
+    the way GRPO's own final point (of a curve still rising) does; None = censored."""
+    fin = [r["p_curve"][-1][1] for (c, m, me, s), r in res.items() if (c, m, me) == (cell, mult, "oracle")]
+    if not fin:
+        return {}
+    top = sum(fin) / len(fin)
+    out = {}
+    for (c, m, me, s), r in res.items():
+        if (c, m, me) == (cell, mult, method):
+            p0 = r["p_curve"][0][1]
+            x = first_reach(r["p_curve"], p0 + frac * (top - p0), 0)
+            out[s] = x - 1 if x else None
+    return out
+
+
+def fmt_halfway(h: dict) -> str:
+    """'median (reached k of n)'; censored runs sort last, so a median among them reads '> last'."""
+    if not h:
+        return "–"
+    import statistics
+    n, reached = len(h), [v for v in h.values() if v is not None]
+    vals = sorted(reached) + [float("inf")] * (n - len(reached))
+    med = statistics.median(vals)
+    return f"{'never' if med == float('inf') else format(med, 'g')} ({len(reached)} of {n})"
+
+
 def collect(args, jobs) -> dict:
     """{job: summary} of every finished job (its run directory, else its kept summary)."""
     return {j: r for j in jobs if (r := result(j, args)) is not None}
@@ -238,13 +270,14 @@ def report(args, jobs) -> str:
     with open(os.path.join(args.out, f"{args.name}.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["cell", "lr_mult", "method", "seed", "p_key_init", "p_key_final", "auc", "updates_to_grpo_final",
-                    "speed_ratio", "final_success", "tokens_per_update", "iter_seconds"])
+                    "speed_ratio", "final_success", "tokens_per_update", "iter_seconds", "updates_to_halfway"])
         for (c, m, me, s), r in sorted(res.items(), key=lambda kv: tuple(map(str, kv[0]))):
             g = res.get((c, m, "grpo", s))
             u = first_reach(r["p_curve"], g["p_curve"][-1][1], args.iters + 1) if g else ""
             sp = speed(res, c, m, me, args.iters).get(s, "")
+            hw = halfway(res, c, m, me).get(s)
             w.writerow([c, m, me, s, r["p_curve"][0][1], r["p_curve"][-1][1], auc(r["p_curve"]), u, sp,
-                        r["final_success"], r["tokens_per_update"], r["iter_seconds"]])
+                        r["final_success"], r["tokens_per_update"], r["iter_seconds"], "" if hw is None else hw])
     cells = [c for c in args.cells if any(k[0] == c for k in res)]
     deltas = {}
     for c in cells:
@@ -261,11 +294,15 @@ def report(args, jobs) -> str:
              f"start and first rollouts). p = `lab/p_key_held`, the exact probability that the key is held when the agent "
              f"leaves the pivot room (oracle.py). speed: per seed, updates until the method's p reaches GRPO's final p of "
              f"the same seed and multiplier (never: {args.iters + 1}), over GRPO's own updates to it — mean [95% t CI] "
-             f"(n); ≤ 0.5 = at least twice as fast (the seeds where it is: next column). AUC: mean p over updates 1..{args.iters}; Δ AUC vs GRPO at the same "
-             f"multiplier with the exact sign-flip p and Holm's adjustment over the table's {len(adj)} Δ AUC tests. "
+             f"(n); ≤ 0.5 = at least twice as fast (the seeds where it is: next column). This target moves with the horizon "
+             f"(GRPO's final point of a curve still rising) and a run that never reaches it counts as {args.iters + 1}; "
+             f"half-way does not move: the median updates until p reaches half the way from the warm start to exact "
+             f"credit's final mean in the cell (censored runs sort last; reached k of n). AUC: mean p of the policies after "
+             f"0..{args.iters - 1} updates (measured before each update); Δ AUC vs GRPO at the same "
+             f"multiplier with the exact two-sided sign-flip p and Holm's adjustment over the table's {len(adj)} Δ AUC tests. "
              f"lr multiplier × train.py's default --lr {lr_of(1.0):g}.\n",
-             "| cell | lr × | method | p init → final | AUC | speed (× GRPO's updates) | seeds ≥ 2× faster | Δ AUC vs GRPO | p | p (Holm) | s / update |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| cell | lr × | method | p init → final | AUC | speed (× GRPO's updates) | seeds ≥ 2× faster | updates to half-way | Δ AUC vs GRPO | p | p (Holm) | s / update |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         for m in args.lr_mult:
             for me in args.methods:
@@ -280,13 +317,14 @@ def report(args, jobs) -> str:
                              f"{paired.fmt(paired.summary([auc(r['p_curve']) for r in rs.values()]), digits=3)} | "
                              f"{paired.fmt(paired.summary(list(sp.values())), digits=2) if sp else '–'} | "
                              f"{f'{sum(v <= 0.5 for v in sp.values())} of {len(sp)}' if sp else '–'} | "
+                             f"{fmt_halfway(halfway(res, c, m, me))} | "
                              f"{paired.fmt(d, digits=3, sign=True) if d else '–'} | {paired.fmt_p(d.get('p')) if d else '–'} | "
                              f"{paired.fmt_p(adj.get((c, m, me))) if d else '–'} | "
                              f"{paired.mean([r['iter_seconds'] for r in rs.values()]):.1f} |")
         best = {m: paired.mean([auc(r["p_curve"]) for (cc, mm, me, s), r in res.items() if (cc, mm, me) == (c, m, "grpo")])
                 for m in args.lr_mult if any((k[0], k[1], k[2]) == (c, m, "grpo") for k in res)}
         if best:
-            lines.append(f"| {c} | GRPO's best lr × by AUC: {max(best, key=best.get):g} | | | | | | | | | |")
+            lines.append(f"| {c} | GRPO's best lr × by AUC: {max(best, key=best.get):g} | | | | | | | | | | |")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
         f.write(f"# Where credit decides learning: GRPO vs exact credit over keydoor regimes\n\n"
@@ -331,7 +369,7 @@ def plot(args, res, cells):
                 ax.plot([curves[0][i][0] for i in range(n)], [sum(x[i][1] for x in curves) / len(curves) for i in range(n)],
                         ls="-" if me == "grpo" else "--", label=f"{me} lr×{m:g} (n={len(curves)})")
     ax.set_title(f"p_key_held, {c} (mean over seeds)", fontsize=8)
-    ax.set_xlabel("policy updates")
+    ax.set_xlabel("p_key_held measured before update x (the policy after x − 1 updates)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6)
     fig.tight_layout()

@@ -155,14 +155,15 @@ def ladder_rows(file: str = LADDER) -> tuple[list[str], dict]:
 
 def ladder_row(file: str, regime: str, method: str) -> str:
     """One ProVer arm of a ladder table: its Δ AUC (Holm over the table's tests), credit efficiency E,
-    the Holm p of the paired test of E against ½ (two-sided) and tokens × GRPO."""
+    the Holm p of the one-sided paired test E > ½ and tokens × GRPO."""
     header, r = ladder_rows(file)
     col = {k: header.index(k) for k in ("Δ AUC vs GRPO", "credit efficiency", "tokens × GRPO")}
-    holm = [i for i, h in enumerate(header) if h == "p (Holm)"]    # Δ AUC's, then the E ≥ ½ test's
+    holm = [i for i, h in enumerate(header) if h == "p (Holm)"]    # Δ AUC's, then the E > ½ test's
+    assert "p (E > ½, one-sided)" in header
     n = sum(x[col["Δ AUC vs GRPO"]] != "–" for x in r.values()) + sum(x[col["credit efficiency"]] != "–" for x in r.values())
     assert f"Holm over the table's {n} tests" in read(f"results/{file}")
     x = r[(regime, method)]
-    return (f"Δ AUC {x[col['Δ AUC vs GRPO']]}, Holm {x[holm[0]]}; E {x[col['credit efficiency']]}, vs ½ Holm "
+    return (f"Δ AUC {x[col['Δ AUC vs GRPO']]}, Holm {x[holm[0]]}; E {x[col['credit efficiency']]}, E > ½ Holm "
             f"{x[holm[1]]}; tokens {x[col['tokens × GRPO']]}")
 
 

@@ -34,6 +34,20 @@ def test_speed_is_updates_to_grpo_final_over_grpos_own_and_auc_the_mean():
     assert credit_phase.auc(fast["p_curve"]) == pytest.approx((0.5 + 0.85 + 0.9 + 0.9) / 4)
 
 
+def test_half_way_is_fixed_by_warm_start_and_exact_credit_and_counts_censored_runs():
+    """half-way target = p_init + ½(oracle's final mean − p_init): oracle's finals 0.9 and 0.7 → 0.8,
+    so from 0.5 the target is 0.65; the x of the curve is 'before update x', i.e. x − 1 updates."""
+    g = {"p_curve": [(1, 0.5), (2, 0.6), (3, 0.7), (4, 0.8)]}
+    fast = {"p_curve": [(1, 0.5), (2, 0.85), (3, 0.9), (4, 0.9)]}
+    never = {"p_curve": [(1, 0.5), (2, 0.5), (3, 0.6), (4, 0.7)]}
+    res = {("c", 1.0, "grpo", 0): g, ("c", 1.0, "oracle", 0): fast, ("c", 1.0, "grpo", 1): never, ("c", 1.0, "oracle", 1): never}
+    assert credit_phase.halfway(res, "c", 1.0, "grpo") == {0: 2, 1: 3}
+    assert credit_phase.halfway(res, "c", 1.0, "oracle") == {0: 1, 1: 3}
+    assert credit_phase.fmt_halfway({0: 2, 1: None, 2: None}) == "never (1 of 3)"      # censored sort last
+    assert credit_phase.fmt_halfway({0: 2, 1: 4, 2: None}) == "4 (2 of 3)"
+    assert credit_phase.halfway({("c", 1.0, "grpo", 0): g}, "c", 1.0, "grpo") == {}      # no exact-credit runs: no target
+
+
 @pytest.mark.slow
 def test_a_real_screen_runs_resumes_and_reports(tmp_path):
     cmd = [sys.executable, os.path.join(ROOT, "bench", "credit_phase.py"), "--cells", "rooms=3,group_size=2,tasks_per_iter=2",
@@ -77,6 +91,9 @@ def test_credit_efficiency_and_the_half_test_are_the_hand_computations():
     assert e["mean"] == pytest.approx((0.4 / 3) / (1.0 / 3)) and e["n"] == 3 and e["lo"] <= e["mean"] <= e["hi"]
     h = credit_ladder.half_test(m, g, o)           # d = gain − ½ oracle's gain = 0, −0.1, 0
     assert h["mean"] == pytest.approx(-0.1 / 3) and h["n"] == 3
+    assert h["p"] == 1.0          # one-sided (E > ½): a mean below ½ never rejects
+    up = credit_ladder.half_test({0: 0.8, 1: 0.8, 2: 0.7}, g, o)      # d = 0.1, 0.1, 0.1: every flip lowers the sum
+    assert up["p"] == pytest.approx(1 / 8)      # exact one-sided: only the observed pattern reaches it (two-sided 2/8)
     assert credit_ladder.parse_regime("rooms=4,p_nokey=0.4@10") == ("rooms=4,p_nokey=0.4", 10.0)
     assert credit_ladder.parse_regime("rooms=4") == ("rooms=4", 1.0)
     with pytest.raises(SystemExit, match="multiplier"):
@@ -121,3 +138,22 @@ def test_credit_parts_tests_are_one_sided_paired_and_named():
     assert t["beats:pv>jo"]["p"] == pytest.approx(1 / 64) and t["beats:jo>pv"]["p"] == pytest.approx(1.0)
     with pytest.raises(SystemExit, match="half:ARM or beats"):
         credit_parts.run_tests(["nope:pv"], {})
+
+
+@pytest.mark.slow
+def test_operating_window_measures_selection_and_verification_at_a_warm_start(tmp_path):
+    """bench/credit_window.py on one regime and seed (its committed warm start): the judge's hit rate
+    from the truth labels, and P(credited) rising with K for the segments that hold the key turn
+    (their exact advantage is positive) while a worthless control turn's stays below ½."""
+    import csv as _csv
+    import credit_window
+    out = str(tmp_path / "w")
+    credit_window.main(["--regimes", "rooms=4,p_key=0.55,p_nokey=0.45,expert_neutral=0.6", "--seeds", "0", "--batches", "1",
+                        "--out", out])
+    (row,) = list(_csv.DictReader(open(out + ".csv", newline="")))
+    assert int(row["proposals"]) > 0 and 0.0 <= float(row["hit_rate"]) <= 1.0
+    assert float(row["a_pivotal"]) > 0 and abs(float(row["a_control"])) < 0.05
+    piv = [float(row[f"cred_pivotal_k{k}"]) for k in credit_window.KS]
+    assert piv == sorted(piv) and piv[-1] > piv[0]
+    assert all(float(row[f"cred_control_k{k}"]) < 0.5 for k in credit_window.KS)
+    assert os.path.exists(out + ".png") and "| rooms=4,p_key=0.55" in open(out + ".md").read()
