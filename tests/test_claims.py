@@ -451,3 +451,29 @@ def test_parts_sentence_follows_the_confirmatory_file():
             f"{e_pv} for judge + verification") in labs_md
     idx = " ".join(read("results/README.md").split())
     assert f"judge + verification E {e_pv} (n=10), the judge alone E {e_jo} (n=10); neither planned test rejects" in idx
+
+
+def test_window_sentence_follows_its_file():
+    """README's operating-window sentence: the key segment's exact worth and verification's
+    discrimination at K = 4 (pivotal − control) over the screened regimes whose exact credit is ≥ 2×
+    faster on average, the default gap's, and GRPO's final p_key_held there at its best rate."""
+    import csv
+    rows = list(csv.DictReader(open(os.path.join(RES, "credit_window", "credit_window.csv"), newline="")))
+    def mean(reg, k):
+        xs = [float(r[k]) for r in rows if r["regime"] == reg and r[k]]
+        return sum(xs) / len(xs)
+    regs = list(dict.fromkeys(r["regime"] for r in rows))
+    fast = [g for g in regs if next(r for r in rows if r["regime"] == g)["oracle_speed"]
+            and float(next(r for r in rows if r["regime"] == g)["oracle_speed"]) <= 0.5]
+    assert len(fast) >= 4
+    a = [mean(g, "a_pivotal") for g in fast]
+    d = [mean(g, "cred_pivotal_k4") - mean(g, "cred_control_k4") for g in fast]
+    _, body = rows_of("credit_phase/credit_phase.md")
+    best = next(x for x in body if x[0] == "rooms=4" and x[1].startswith("GRPO's best"))[1].split(": ")[1]
+    final = next(x for x in body if x[0] == "rooms=4" and x[1] == best and x[2] == "grpo")[3].split("→ ")[1]
+    want = (f"where exact credit is ≥ 2× faster the key segment is worth only {min(a):.2f}–{max(a):.2f}, and verification "
+            f"at K = 4 credits it {min(d):.2f}–{max(d):.2f} more often than a worthless turn; it separates them "
+            f"({mean('rooms=4', 'cred_pivotal_k4') - mean('rooms=4', 'cred_control_k4'):.2f}) only with the default gap, "
+            f"where the key is worth {mean('rooms=4', 'a_pivotal'):.2f} and GRPO alone reaches p_key_held {float(final):.2f} "
+            "within 15 updates")
+    assert want in " ".join(read("README.md").split()), want
