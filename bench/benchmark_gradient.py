@@ -61,7 +61,7 @@ POLICIES = {"alfworld": [WARM["alfworld"], "results/checkpoints/alfworld-grpo-s0
 METHODS = ["grpo", "grpo-matched", "prover", "prover-plus", "prover-plus:lam=3,verify_k=4", "prover-plus:lam=3,trust_judge=0.25",
            "gigpo", "spo-chain", "vine:vine_k=1,vine_turns=2", "vine:vine_k=4,vine_turns=2"]
 COLUMNS = ["env", "policy", "method", "tokens", "judge_tokens", "cosine", "cosine_se", "snr", "snr_se", "align", "align_se",
-           "snr_vs_grpo", "batches", "ref_batches", "ref_k", "ref_turns", "tasks", "group"]
+           "snr_vs_grpo", "snr_vs_grpo_se", "batches", "ref_batches", "ref_k", "ref_turns", "tasks", "group"]
 KEY = ("env", "policy", "method")
 JUDGE = ("tokens/judge",)
 REF_OFFSET = 10_000          # the reference's batches: seeds of their own, independent of the methods'
@@ -140,6 +140,26 @@ def jackknife(gram, idx: list[int], ref: list[int]) -> dict:
     return {**full, **se}
 
 
+def ratio_se(gram, idx: list[int], base: list[int]) -> float:
+    """Jackknife SE of snr(idx) / snr(base) over batch indices (batch j of both out together: the
+    methods' batch j shares its rollouts, so the ratio is paired)."""
+    n = min(len(idx), len(base))
+    def snr(ix):
+        sub = gram[ix][:, ix]
+        k = len(ix)
+        U = float((sub.sum() - sub.diagonal().sum()) / (k * (k - 1)))
+        return U / (float(sub.diagonal().mean()) - U)
+    vals = []
+    for j in range(n):
+        b = snr([x for k, x in enumerate(base) if k != j])
+        if b > 0:
+            vals.append(snr([x for k, x in enumerate(idx) if k != j]) / b)
+    if len(vals) < 2:
+        return float("nan")
+    m = sum(vals) / len(vals)
+    return math.sqrt((len(vals) - 1) / len(vals) * sum((v - m) ** 2 for v in vals))
+
+
 def report(path_csv: str, path_md: str) -> None:
     rows = load(path_csv)
     lines = ["# The gradient ladder on the benchmarks", "",
@@ -148,17 +168,28 @@ def report(path_csv: str, path_md: str) -> None:
              "per trajectory (weighted T/m), `g* batches` batches. From unbiased inner products of independent batches "
              "(bench/benchmark_gradient.py says how): **cosine** = one batch's cosine with the noise-free g*; **snr** = "
              "|E ĝ|² / E|ĝ − E ĝ|² of one batch; **align** = cos(E ĝ_m, g*), the direction the method follows on average; "
-             "**snr × GRPO**: one batch of the method is worth this many GRPO batches (in signal, at align ≈ 1). "
-             "± jackknife SE over batch indices. tokens: generated policy tokens per batch (rollouts + continuations), "
+             "**snr × GRPO**: one batch of the method is worth this many GRPO batches (in signal, at align ≈ 1), against "
+             "GRPO on the same batch indices (the same tasks and first samples: paired). ± jackknife SE over batch indices; "
+             "'unresolved': the snr it rests on (GRPO's, or the reference's for cosine and align) is not 2 SE above 0. tokens: generated policy tokens per batch (rollouts + continuations), "
              "judge tokens beside them, both in the policy tokenizer's ids; the built-in judge ran for the judged methods. "
              "Each batch: `tasks` tasks × G rollouts; batches: the method's.", "",
-             "| env | policy | method | policy tokens / batch | judge tokens / batch | cosine | snr | snr × GRPO | align | batches | g* batches | ref K | ref turns |",
+             "| env | policy | method | policy tokens / batch | judge tokens / batch | snr | snr × GRPO | cosine | align | batches | g* batches | ref K | ref turns |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    def resolved(r) -> bool:            # a row's snr is > 2 SE above 0: its direction can be compared
+        return float(r["snr"]) > 2 * float(r["snr_se"])
     for r in rows:
-        f = {k: float(r[k]) for k in ("tokens", "judge_tokens", "cosine", "cosine_se", "snr", "snr_se", "align", "align_se", "snr_vs_grpo")}
+        f = {k: float(r.get(k) or "nan") for k in ("tokens", "judge_tokens", "cosine", "cosine_se", "snr", "snr_se", "align",
+                                                  "align_se", "snr_vs_grpo", "snr_vs_grpo_se")}
+        same = [x for x in rows if (x["env"], x["policy"]) == (r["env"], r["policy"])]
+        ref = next((x for x in same if x["method"] == f"vine:vine_k={r['ref_k']},vine_turns={r['ref_turns']}"), None)
+        grpo = next((x for x in same if x["method"] == "grpo"), None)
+        ok_ref = ref is not None and resolved(ref)
+        ratio = (f"{f['snr_vs_grpo']:.2f} ± {f['snr_vs_grpo_se']:.2f}" if grpo is not None and resolved(grpo) else "unresolved")
         lines.append(f"| {r['env']} | {os.path.basename(r['policy'])} | {r['method']} | {f['tokens']:.0f} | {f['judge_tokens']:.0f} | "
-                     f"{f['cosine']:.3f} ± {f['cosine_se']:.3f} | {f['snr']:.4f} ± {f['snr_se']:.4f} | {f['snr_vs_grpo']:.2f} | "
-                     f"{f['align']:.2f} ± {f['align_se']:.2f} | {r['batches']} | {r['ref_batches']} | {r['ref_k']} | {r['ref_turns']} |")
+                     f"{f['snr']:.4f} ± {f['snr_se']:.4f} | {ratio} | "
+                     + (f"{f['cosine']:.3f} ± {f['cosine_se']:.3f} | {f['align']:.2f} ± {f['align_se']:.2f}" if ok_ref
+                        else "unresolved | unresolved")
+                     + f" | {r['batches']} | {r['ref_batches']} | {r['ref_k']} | {r['ref_turns']} |")
     open(path_md, "w").write("\n".join(lines) + "\n")
 
 
@@ -211,7 +242,7 @@ def main(argv=None) -> None:
                 import config
                 import train
                 cfg = config.parse_args(["--env", args.env, "--model", os.path.join(ROOT, pol), "--tasks-per-iter", str(args.tasks),
-                                         "--group-size", str(args.group), "--device", "cpu"])
+                                         "--group-size", str(args.group), "--device", "cpu", "--threads", "1"])
                 config.validate(cfg)
                 cfg.out = tempfile.mkdtemp(prefix="benchmark_gradient-")     # segments.md etc.: scratch
                 cfg.chat_prompt = False
@@ -260,6 +291,7 @@ def main(argv=None) -> None:
         snr_grpo = next(r["snr"] for r in rows if r["method"] == "grpo")
         for r in rows:
             r["snr_vs_grpo"] = r["snr"] / snr_grpo if snr_grpo > 0 else float("nan")
+            r["snr_vs_grpo_se"] = ratio_se(gram, pos[r["method"]], pos["grpo"])
             print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
                    if k in ("method", "tokens", "cosine", "snr", "align", "snr_vs_grpo")})
         merge(args.out + ".csv", rows)

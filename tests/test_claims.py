@@ -477,3 +477,37 @@ def test_window_sentence_follows_its_file():
             f"where the key is worth {mean('rooms=4', 'a_pivotal'):.2f} and GRPO alone reaches p_key_held {float(final):.2f} "
             "within 15 updates")
     assert want in " ".join(read("README.md").split()), want
+
+
+def bench_rows() -> dict:
+    import csv
+    rows = list(csv.DictReader(open(os.path.join(RES, "benchmark_gradient", "benchmark_gradient.csv"), newline="")))
+    return {(os.path.basename(r["policy"]), r["method"]): r for r in rows}
+
+
+def test_benchmark_gradient_sentence_follows_its_file():
+    """README's ALFWorld gradient sentence: GRPO's snr at the warm start, each named arm's snr × GRPO
+    (paired), and 'no method's signal is resolvable' after 25 updates (every row's snr within 2 SE of 0)."""
+    r = bench_rows()
+    warm, u25 = "tiny-alfworld-0355c899bead", "alfworld-grpo-s0-u25"
+    g = r[(warm, "grpo")]
+    ratio = {m: float(r[(warm, m)]["snr_vs_grpo"]) for m in ("gigpo", "prover-plus:lam=3,verify_k=4",
+                                                               "prover-plus:lam=3,trust_judge=0.25", "prover")}
+    want = (f"At the warm start one GRPO batch (32 rollouts) has snr {float(g['snr']):.3f} "
+            f"({100 * float(g['snr']) / (1 + float(g['snr'])):.1f}% signal); per batch GiGPO carries {ratio['gigpo']:.1f}× that, "
+            f"prover-plus with λ = 3 {ratio['prover-plus:lam=3,verify_k=4']:.1f}× with verification and "
+            f"{ratio['prover-plus:lam=3,trust_judge=0.25']:.1f}× without, the paper's ProVer {ratio['prover']:.1f}×")
+    assert want in " ".join(read("README.md").split()), want
+    for m in ("vine:vine_k=1,vine_turns=2", "vine:vine_k=2,vine_turns=1"):       # "Monte Carlo credit at K ≤ 2 less"
+        assert float(r[(warm, m)]["snr_vs_grpo"]) < 1
+    after = [x for (p, _), x in r.items() if p == u25]
+    assert after and all(abs(float(x["snr"])) < 2 * float(x["snr_se"]) for x in after)
+    assert "after 25 GRPO updates no method's signal is resolvable" in " ".join(read("README.md").split())
+
+
+def test_results_index_quotes_the_benchmark_gradient_ratios():
+    r = bench_rows()
+    x = {m: r[("tiny-alfworld-0355c899bead", m)] for m in ("gigpo", "prover-plus:lam=3,verify_k=4")}
+    want = (f"GiGPO {float(x['gigpo']['snr_vs_grpo']):.2f} ± {float(x['gigpo']['snr_vs_grpo_se']):.2f}, λ3 K4 "
+            f"{float(x['prover-plus:lam=3,verify_k=4']['snr_vs_grpo']):.2f} ± {float(x['prover-plus:lam=3,verify_k=4']['snr_vs_grpo_se']):.2f}")
+    assert want in " ".join(read("results/README.md").split()), want

@@ -151,3 +151,50 @@ def test_subsampled_turns_are_uniform_and_weighted_so_the_sum_stays_unbiased():
     # P(turn in the sample) = m/T, so weight T/m makes E[Σ credit] = Σ_t Â_t
     assert all(abs(h / n - m / T) < 0.015 for h in hits), hits
     assert vine.pick_turns(3, 0, rng) == [0, 1, 2] and vine.pick_turns(3, 5, rng) == [0, 1, 2]
+
+
+def test_gradient_ladder_statistics_recover_known_signal_and_noise():
+    """bench/benchmark_gradient.py's estimates from unbiased inner products, on batches ĝ = g + noise
+    with |g|² = 1 and E|noise|² = σ² (d = 4000): snr = 1/σ², align = cos(E ĝ_m, E ĝ*), and one
+    batch's cosine with g* ≈ align·√(snr/(1 + snr)) — recovered even where one batch is mostly noise."""
+    import os
+    import sys
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import benchmark_gradient as bg
+    gen = torch.Generator().manual_seed(0)
+    d, n = 4000, 60
+    g = torch.randn(d, generator=gen, dtype=torch.float64)
+    g /= g.norm()
+    h = torch.randn(d, generator=gen, dtype=torch.float64)
+    h -= (h @ g) * g
+    h /= h.norm()
+    tilted = 0.6 * g + 0.8 * h                          # a method whose mean points 53° away from g
+    def batches(mean, sigma2):
+        return [mean + torch.randn(d, generator=gen, dtype=torch.float64) * (sigma2 / d) ** 0.5 for _ in range(n)]
+    ref, m1, m2 = batches(g, 4.0), batches(g, 9.0), batches(tilted, 1.0)
+    G = torch.stack(ref + m1 + m2)
+    gram = G @ G.T
+    r, a, b = list(range(n)), list(range(n, 2 * n)), list(range(2 * n, 3 * n))
+    s_ref, s1, s2 = bg.jackknife(gram, r, r), bg.jackknife(gram, a, r), bg.jackknife(gram, b, r)
+    assert s_ref["snr"] == pytest.approx(1 / 4, rel=0.25) and s1["snr"] == pytest.approx(1 / 9, rel=0.35)
+    assert s2["snr"] == pytest.approx(1.0, rel=0.2)
+    assert s_ref["align"] == pytest.approx(1.0, abs=0.1) and s1["align"] == pytest.approx(1.0, abs=0.2)
+    assert s2["align"] == pytest.approx(0.6, abs=0.1)
+    assert s1["cosine"] == pytest.approx((1 / 10) ** 0.5, abs=0.06)          # √(snr/(1+snr)) at σ² = 9
+    assert s2["cosine"] == pytest.approx(0.6 * 0.5 ** 0.5, abs=0.06)
+    assert all(0 < s["snr_se"] < 0.5 for s in (s_ref, s1, s2)) and all(0 < s["align_se"] < 0.5 for s in (s1, s2))
+    assert s_ref["align"] == 1.0 and s_ref["align_se"] == 0.0          # the reference against itself
+
+
+def test_window_credit_probability_is_the_binomial_sum():
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import credit_window as cw
+    assert cw.p_credit(0.5, 0.5, 1) == pytest.approx(0.25)           # post wins, pre loses
+    assert cw.p_credit(0.0, 1.0, 4) == pytest.approx(1.0) and cw.p_credit(1.0, 0.0, 4) == 0.0
+    rng = random.Random(0)
+    pre, post, K = 0.45, 0.6, 4
+    sims = sum(sum(rng.random() < post for _ in range(K)) > sum(rng.random() < pre for _ in range(K)) for _ in range(40000))
+    assert cw.p_credit(pre, post, K) == pytest.approx(sims / 40000, abs=0.01)
