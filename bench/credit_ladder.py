@@ -122,6 +122,10 @@ def report(args, jobs) -> str:
             st["tokens_rom"] = (sum(tok[me][s] for s in both) / sum(tok["grpo"][s] for s in both)
                                 if both and sum(tok["grpo"][s] for s in both) else None)
             st["secs"] = paired.mean([res[(cell, mult, me, s)]["iter_seconds"] for s in by[me]]) if by[me] else None
+            hits = [res[(cell, mult, me, s)].get("judge_hit") for s in by[me]]
+            hits = [h for h in hits if h is not None]
+            judge = dict(x.split("=", 1) for x in me.partition(":")[2].split(",") if "=" in x).get("judge", "builtin")
+            st["judge"] = f"{judge} ({paired.mean(hits):.2f})" if hits else "–"
             if me != "grpo" and by[me] and g:
                 tests[(name, me, "delta")] = st["delta"] = paired.paired(by[me], g)
             if me not in ("grpo", "oracle") and by[me] and g and o:
@@ -157,10 +161,13 @@ def report(args, jobs) -> str:
              "'E > ½' = the paired test of (AUC − AUC_grpo) − ½(AUC_oracle − AUC_grpo), one-sided (greater); mean [95% t CI] (n) "
              f"elsewhere; p exact sign-flip (Δ AUC: two-sided), Holm over the table's {len(adj)} tests (every Δ AUC and every E > ½ "
              "test); tokens = generated tokens per update × GRPO's on the same seeds: the mean of per-seed ratios "
-             "(in brackets: the ratio of the means).\n",
+             "(in brackets: the ratio of the means); they add the built-in judge's output (counted in words in runs made "
+             "before it was counted in the policy tokenizer's ids) to the policy's rollout and verification tokens — "
+             "bench/credit_parts.py's table keeps the two apart. judge: which ran, and the share of its proposals whose "
+             "segment holds the key turn (lab/judge_hit, mean over seeds).\n",
              "| regime | method | n | AUC | speed (× GRPO) | updates to half-way | Δ AUC vs GRPO | p | p (Holm) | credit efficiency | "
-             "E − ½ (in AUC) | p (E > ½, one-sided) | p (Holm) | tokens × GRPO | s / update |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "E − ½ (in AUC) | p (E > ½, one-sided) | p (Holm) | tokens × GRPO | judge (hit rate) | s / update |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (name, me), st in stats.items():
         if not st["n"]:
             continue
@@ -174,7 +181,7 @@ def report(args, jobs) -> str:
             f"{paired.fmt(h, digits=3, sign=True) if h else '–'} | {paired.fmt_p(h.get('p')) if h else '–'} | "
             f"{paired.fmt_p(adj.get((name, me, 'half'))) if h else '–'} | "
             f"{'–' if st['tokens'] is None else format(st['tokens'], '.2f') + ' (' + format(st['tokens_rom'], '.2f') + ')'} | "
-            f"{st['secs']:.1f} |")
+            f"{st['judge']} | {st['secs']:.1f} |")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
         f.write(f"# The credit ladder where credit decides learning\n\n"
