@@ -198,3 +198,33 @@ def test_window_credit_probability_is_the_binomial_sum():
     pre, post, K = 0.45, 0.6, 4
     sims = sum(sum(rng.random() < post for _ in range(K)) > sum(rng.random() < pre for _ in range(K)) for _ in range(40000))
     assert cw.p_credit(pre, post, K) == pytest.approx(sims / 40000, abs=0.01)
+
+
+def test_vine_method_replaces_grpo_advantage_on_the_picked_turns(tmp_path):
+    """--method vine through the registry: every group (all-success and all-failure ones too) gets
+    A_t = (T/m)·Â_t on m picked turns and 0 elsewhere (no format penalty here: the sampler's actions
+    are well formed); the continuations are policy tokens (tokens/verify)."""
+    import config
+    import grpo
+    import methods
+    import train
+    spec = envs.get_spec("keydoor")
+    tok = tokenizer(spec)
+    agent = Agent(Scripted(tok, keydoor_choice), tok, spec)
+    kw = dict(rooms=4, pivot=1, distractors=0, p_key=P1, p_nokey=P0)
+    cfg = config.parse_args(["--env", "keydoor", "--method", "vine", "--vine-k", "4", "--vine-turns", "2", "--out", str(tmp_path)])
+    config.validate(cfg)
+    pool = [spec.make(split="train", seed=0, **kw) for _ in range(16)]
+    groups = rollout_groups(agent, pool, [0, 1, 2], 4, 1.0, seed=5)
+    adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
+    run = train.Run(cfg, agent, spec, kw, [], None, str(tmp_path))
+    out = methods.credit_fn("vine")(groups, adv, run)
+    assert out["vine/turns"] == 2 * sum(len(g) for g in groups) and out["vine/se_mean"] > 0
+    for g, grp in enumerate(groups):
+        for i, tr in enumerate(grp):
+            nz = [t for t, a in enumerate(adv[g][i]) if a != 0.0]
+            assert len(nz) <= 2 and len(adv[g][i]) == len(tr.turns)
+            # each credited value is (T/m)·Â with Â a difference of two means of 4 outcomes (or R)
+            for t in nz:
+                assert abs(adv[g][i][t]) <= len(tr.turns) / 2 + 1e-9
+    assert agent.counter["tokens/verify"] > 0
