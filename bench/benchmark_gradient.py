@@ -45,7 +45,6 @@ import fcntl
 import math
 import os
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,7 +103,6 @@ def slug(text: str) -> str:
 def stats(gram, idx: list[int], ref: list[int]) -> dict:
     """snr, align and cosine of one arm's batches (`idx`, rows of the Gram matrix) against the
     reference's (`ref`), from unbiased inner products (module docstring)."""
-    import torch
     sub = gram[idx][:, idx]
     n = len(idx)
     M = float(sub.diagonal().mean())
@@ -225,7 +223,6 @@ def main(argv=None) -> None:
     for p in policies:
         if not os.path.exists(os.path.join(ROOT, p, "config.json")):
             raise SystemExit(f"benchmark_gradient: --policy {p}: no model folder (config.json)")
-    import dataclasses
     import torch
     from tqdm import tqdm
     torch.set_num_threads(1)
@@ -238,17 +235,8 @@ def main(argv=None) -> None:
         def trainer():
             nonlocal tr
             if tr is None:                 # set up only when a batch is missing
-                from infra import build
-                import config
-                import train
-                cfg = config.parse_args(["--env", args.env, "--model", os.path.join(ROOT, pol), "--tasks-per-iter", str(args.tasks),
-                                         "--group-size", str(args.group), "--device", "cpu", "--threads", "1"])
-                config.validate(cfg)
-                cfg.out = tempfile.mkdtemp(prefix="benchmark_gradient-")     # segments.md etc.: scratch
-                cfg.chat_prompt = False
-                tr = train.setup(cfg, lambda *a, **k: None)
-                tr.run.agent.compact = True       # the tiny policy's own prompt (a --model run defaults to chat)
-                tr.run.judge = build.judge_setup(dataclasses.replace(cfg, method="prover"), tr.model, tr.tok)
+                tr = cg.fixed_policy(["--env", args.env, "--model", os.path.join(ROOT, pol), "--tasks-per-iter", str(args.tasks),
+                                      "--group-size", str(args.group)], "benchmark_gradient-")
             return tr
 
         def batches(arm: str, n: int, offset: int) -> list[dict]:

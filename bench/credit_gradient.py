@@ -152,6 +152,22 @@ def cell_argv(conf: str) -> list[str]:
     return [*[x for o in opts for x in ("--env-opt", o)], *flags]
 
 
+def fixed_policy(argv: list[str], prefix: str):
+    """train.setup for a fixed policy folder (`--model` in argv) on the CPU with one thread (with
+    --model, --threads 0 would take every core, and two benches side by side would fight over them),
+    the tiny policy's own prompt (a --model run defaults to the chat prompt), and ProVer's judge for
+    the judged arms; the run's files (segments.md etc.) go to a scratch folder."""
+    import tempfile
+    cfg = config.parse_args([*argv, "--device", "cpu", "--threads", "1"])
+    config.validate(cfg)
+    cfg.out = tempfile.mkdtemp(prefix=prefix)
+    cfg.chat_prompt = False
+    tr = train.setup(cfg, lambda *a, **k: None)
+    tr.run.agent.compact = True
+    tr.run.judge = build.judge_setup(dataclasses.replace(cfg, method="prover"), tr.model, tr.tok)
+    return tr
+
+
 def cos(a, b) -> float:
     return float(torch.dot(a, b) / (a.norm() * b.norm() + 1e-30))
 
@@ -190,16 +206,8 @@ def main(argv=None) -> None:
             raise SystemExit(f"credit_gradient: --config {conf}: {e}")
     for conf in configs:
         for pol in args.policy:
-            cfg = config.parse_args(["--env", "keydoor", *cell_argv(conf), "--model", pol,
-                                     "--tasks-per-iter", str(args.tasks), "--group-size", str(args.group),
-                                     "--device", "cpu", "--threads", "1"])   # one thread: --model would take every core
-            config.validate(cfg)
-            import tempfile
-            cfg.out = tempfile.mkdtemp(prefix="credit_gradient-")   # segments.md etc.: scratch
-            cfg.chat_prompt = False
-            tr = train.setup(cfg, lambda *a, **k: None)
-            tr.run.agent.compact = True           # the tiny policy's own prompt (a --model run defaults to chat)
-            tr.run.judge = build.judge_setup(dataclasses.replace(cfg, method="prover"), tr.model, tr.tok)
+            tr = fixed_policy(["--env", "keydoor", *cell_argv(conf), "--model", pol, "--tasks-per-iter", str(args.tasks),
+                               "--group-size", str(args.group)], "credit_gradient-")
             name = os.path.relpath(pol, ROOT)
             todo = [m for m in args.methods if row_key({"config": conf, "policy": name, "method": m,
                                                         "batches": args.repeats, "ref_batches": args.ref_batches,
