@@ -56,10 +56,16 @@ ESTIMATORS = {            # name: verify.estimate keyword arguments
 class ScriptedPolicy:
     """A generation backend with a known action distribution: `take key` with probability q when it
     is admissible (drawn from the row's seed, so CRN's shared seeds share the choice), else `open
-    door` where it is admissible, else `go forward`."""
+    door` where it is admissible, else `go forward`. `choose(prompt text, rng) -> action` replaces
+    that rule with any other known one (tests use it on ALFWorld)."""
 
-    def __init__(self, tok, q: float):
-        self.tok, self.q = tok, q
+    def __init__(self, tok, q: float = 0.5, choose=None):
+        self.tok, self.q, self.choose = tok, q, choose or self.key_rule
+
+    def key_rule(self, prompt: str, rng: random.Random) -> str:
+        acts = prompt.rsplit("actions:", 1)[-1]      # the current admissible list
+        a = "open door" if "open door" in acts else "go forward"
+        return "take key" if "take key" in acts and rng.random() < self.q else a
 
     def sync(self, model):
         pass
@@ -67,11 +73,8 @@ class ScriptedPolicy:
     def generate(self, prompts, max_new_tokens, temperature, seed=None, row_seeds=None):
         out = []
         for i, p in enumerate(prompts):
-            acts = self.tok.decode(p).rsplit("actions:", 1)[-1]      # the current admissible list
-            a = "open door" if "open door" in acts else "go forward"
             rng = random.Random(row_seeds[i] if row_seeds is not None else hash((seed, i)))
-            if "take key" in acts and rng.random() < self.q:
-                a = "take key"
+            a = self.choose(self.tok.decode(p), rng)
             ids = self.tok(f"<action>{a}</action><|im_end|>", add_special_tokens=False)["input_ids"]
             out.append(Sample(ids, [0.0] * len(ids)))
         return out

@@ -10,44 +10,22 @@ a sampler that plays the winning action with probability p and `look` otherwise:
 V(s) = 1 − (1 − p)², A(win action) = (1 − p)², A(look) = p − V(s) = −p(1 − p).
 """
 import math
+import os
 import random
+import sys
 
 import pytest
 
 import envs
 from infra import warmstart
-from infra.policy import Sample
 from lab import oracle
 from methods import vine
 from rollout import Agent, AgentState, make_trajectories, rollout_groups, run_episodes
-from sims import keydoor
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+from adaptive_bias import ScriptedPolicy  # noqa: E402  (a sampler with a known action distribution)
 
 Q, P1, P0 = 0.5, 0.9, 0.1
-
-
-class Scripted:
-    """A sampler with an explicit action distribution, `choose(admissible text, rng) -> action`."""
-
-    def __init__(self, tok, choose):
-        self.tok, self.choose = tok, choose
-
-    def sync(self, model):
-        pass
-
-    def generate(self, prompts, max_new_tokens, temperature, seed=None, row_seeds=None):
-        out = []
-        for i, p in enumerate(prompts):
-            rng = random.Random(row_seeds[i] if row_seeds is not None else hash((seed, i)))
-            a = self.choose(self.tok.decode(p), rng)
-            ids = self.tok(f"<action>{a}</action><|im_end|>", add_special_tokens=False)["input_ids"]
-            out.append(Sample(ids, [0.0] * len(ids)))
-        return out
-
-
-def keydoor_choice(prompt, rng):
-    acts = prompt.rsplit("actions:", 1)[-1]            # the compact prompt's admissible list
-    move = "open door" if "open door" in acts else "go forward"
-    return "take key" if "take key" in acts and rng.random() < Q else move
 
 
 def keydoor_policy(views):
@@ -67,7 +45,7 @@ def tokenizer(spec):
 def test_keydoor_credit_agrees_with_the_exact_oracle_within_its_se():
     spec = envs.get_spec("keydoor")
     tok = tokenizer(spec)
-    agent = Agent(Scripted(tok, keydoor_choice), tok, spec)
+    agent = Agent(ScriptedPolicy(tok, Q), tok, spec)
     kw = dict(rooms=4, pivot=1, distractors=0, p_key=P1, p_nokey=P0)
     pool = [spec.make(split="train", seed=0, **kw) for _ in range(512)]
     groups = rollout_groups(agent, pool[:16], [0, 1], 8, 1.0, seed=0)
@@ -118,7 +96,7 @@ def test_alfworld_credit_and_value_at_a_hand_built_state_equal_their_known_value
     win = env.expert_action()
     s = AgentState(env.snapshot(), obs, info, tuple(hist), n - 1)
     p = 0.5
-    agent = Agent(Scripted(tok, lambda prompt, rng: win if rng.random() < p else "look"), tok, spec)
+    agent = Agent(ScriptedPolicy(tok, choose=lambda prompt, rng: win if rng.random() < p else "look"), tok, spec)
     pool = [spec.make(split="train", seed=0, max_steps=n + 1) for _ in range(512)]
     K = 400
     (v, var), = vine.state_values(agent, lambda m: pool[:m], [s], K, 1.0, seed=1)
@@ -157,10 +135,7 @@ def test_gradient_ladder_statistics_recover_known_signal_and_noise():
     """bench/benchmark_gradient.py's estimates from unbiased inner products, on batches ĝ = g + noise
     with |g|² = 1 and E|noise|² = σ² (d = 4000): snr = 1/σ², align = cos(E ĝ_m, E ĝ*), and one
     batch's cosine with g* ≈ align·√(snr/(1 + snr)) — recovered even where one batch is mostly noise."""
-    import os
-    import sys
     import torch
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
     import benchmark_gradient as bg
     gen = torch.Generator().manual_seed(0)
     d, n = 4000, 60
@@ -188,9 +163,6 @@ def test_gradient_ladder_statistics_recover_known_signal_and_noise():
 
 
 def test_window_credit_probability_is_the_binomial_sum():
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
     import credit_window as cw
     assert cw.p_credit(0.5, 0.5, 1) == pytest.approx(0.25)           # post wins, pre loses
     assert cw.p_credit(0.0, 1.0, 4) == pytest.approx(1.0) and cw.p_credit(1.0, 0.0, 4) == 0.0
@@ -210,7 +182,7 @@ def test_vine_method_replaces_grpo_advantage_on_the_picked_turns(tmp_path):
     import train
     spec = envs.get_spec("keydoor")
     tok = tokenizer(spec)
-    agent = Agent(Scripted(tok, keydoor_choice), tok, spec)
+    agent = Agent(ScriptedPolicy(tok, Q), tok, spec)
     kw = dict(rooms=4, pivot=1, distractors=0, p_key=P1, p_nokey=P0)
     cfg = config.parse_args(["--env", "keydoor", "--method", "vine", "--vine-k", "4", "--vine-turns", "2", "--out", str(tmp_path)])
     config.validate(cfg)
