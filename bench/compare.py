@@ -14,8 +14,9 @@ is fair because the seed never changes the world it was cloned in (fixed held-ou
 
 Warm starts are pinned under `<out>/warmstarts/` (committed): behaviour cloning is not
 bit-reproducible across CPUs, so a rebuilt one is another warm start. Each run's summary records
-the hash of the weights it started from; a seed whose methods started from different weights is
-left out of the paired differences (named under the table).
+the hash of the weights it started from; a run that did not start from the weights of its seed's GRPO
+run is left out of its method's paired difference (named under the table); the other methods of that
+seed keep their pairs.
 
 Resumable (bench/runs.py): runs live in `<out>/runs/<env>-<method>-s<seed>` (`--jobs N` side by
 side), finished ones are reused, interrupted ones resumed, and each finished run's summary is kept
@@ -46,8 +47,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runs import (finished, load_summary, run_train, save_summary, summarize_run, summary_path,  # noqa: E402
-                  unpaired_seeds, warm_dir)
+from runs import (finished, load_summary, run_train, same_start, save_summary, summarize_run, summary_path,  # noqa: E402
+                  warm_dir)
 
 # "prover-random" is ProVer with the random-segment judge (the paper's ablation)
 METHOD_ARGS = {
@@ -264,12 +265,13 @@ def report(args, jobs) -> str:
     for e in envs:
         out += [f"## {e}\n", "| method | final held-out | Δ vs GRPO | p | p (Holm) | policy tokens / update | judge tokens / update "
                 "| env steps / update | s / update | accept |", "|---|---|---|---|---|---|---|---|---|---|"]
-        bad = unpaired_seeds(res, e)
-        base = {s: v for s, v in by_seed(res, e, "grpo", metric[e]).items() if s not in bad}
+        base = by_seed(res, e, "grpo", metric[e])
+        bad: dict = {}                               # {method: seeds whose run did not start where GRPO's did}
         for m in methods:                            # the family first: every Δ of this table
             vals = by_seed(res, e, m, metric[e])
             if vals and m != "grpo" and base:
-                deltas[e, m] = paired.paired({s: v for s, v in vals.items() if s not in bad}, base)
+                bad[m] = [s for s in vals if s in base and not same_start(res[(e, m, s)], res[(e, "grpo", s)])]
+                deltas[e, m] = paired.paired({s: v for s, v in vals.items() if s not in bad[m]}, base)
         adj = paired.holm_family({m: deltas.get((e, m)) for m in methods})
         for m in methods:
             vals = by_seed(res, e, m, metric[e])
@@ -289,9 +291,12 @@ def report(args, jobs) -> str:
         if len({tuple(v) for v in seed_sets.values()}) > 1:
             out.append("\nThe rows have different seeds (" + "; ".join(f"{m}: {', '.join(map(str, v))}" for m, v in seed_sets.items())
                        + "): read methods against each other by Δ, which pairs seeds, not by the cells' means over different seeds.")
-        for sd, inits in bad.items():
-            out.append(f"\nNot paired, left out of Δ: seed {sd} started from different warm starts (update-0 held-out "
-                       + ", ".join(f"{m} {100 * v:.1f}" for m, v in inits.items()) + ").")
+        for m, seeds in bad.items():
+            if seeds:
+                out.append(f"\nNot paired, left out of {m}'s Δ: seed{'s' if len(seeds) > 1 else ''} "
+                           f"{', '.join(map(str, seeds))} started from another warm start than GRPO's (update-0 held-out "
+                           + ", ".join(f"{100 * res[(e, m, s)]['init_success']:.1f} vs {100 * res[(e, 'grpo', s)]['init_success']:.1f}"
+                                       for s in seeds) + ").")
         if e in PAPER["policy_tokens"]:
             out.append(f"\nThe paper (4B): ProVer's generated policy tokens {PAPER['policy_tokens'][e]} over GRPO.")
         out.append("")

@@ -147,6 +147,15 @@ def cum_tokens(rows):
     return out
 
 
+def same_start(a: dict, b: dict) -> bool:
+    """Did two runs' summaries start from the same warm start? The same weights hash where both
+    recorded one; otherwise (summaries made before the hash was kept) the same update-0 reading, which
+    paired runs share to the last digit (same warm start, same evaluation sampling seed)."""
+    if a.get("warm_start") and b.get("warm_start"):
+        return a["warm_start"] == b["warm_start"]
+    return abs(a["init_success"] - b["init_success"]) <= 1e-9
+
+
 def unpaired_seeds(res: dict, env: str) -> dict:
     """{seed: {method: held-out success at update 0}} for the seeds of `env` whose methods did not
     start from the same warm start, whose difference would carry the warm starts' gap; such a seed

@@ -493,16 +493,17 @@ def test_benchmark_gradient_sentence_follows_its_file():
     g = r[(warm, "grpo")]
     ratio = {m: float(r[(warm, m)]["snr_vs_grpo"]) for m in ("gigpo", "prover-plus:lam=3,verify_k=4",
                                                                "prover-plus:lam=3,trust_judge=0.25", "prover")}
-    want = (f"At the warm start one GRPO batch (32 rollouts) has snr {float(g['snr']):.3f} "
-            f"({100 * float(g['snr']) / (1 + float(g['snr'])):.1f}% signal); per batch GiGPO carries {ratio['gigpo']:.1f}× that, "
-            f"prover-plus with λ = 3 {ratio['prover-plus:lam=3,verify_k=4']:.1f}× with verification and "
+    want = (f"at the warm start one GRPO batch has snr {float(g['snr']):.3f} "
+            f"({100 * float(g['snr']) / (1 + float(g['snr'])):.1f}% signal); GiGPO's {ratio['gigpo']:.1f}× that, "
+            f"prover-plus λ = 3 {ratio['prover-plus:lam=3,verify_k=4']:.1f}× with verification and "
             f"{ratio['prover-plus:lam=3,trust_judge=0.25']:.1f}× without, the paper's ProVer {ratio['prover']:.1f}×")
     assert want in " ".join(read("README.md").split()), want
     for m in ("vine:vine_k=1,vine_turns=2", "vine:vine_k=2,vine_turns=1"):       # "Monte Carlo credit at K ≤ 2 less"
         assert float(r[(warm, m)]["snr_vs_grpo"]) < 1
     after = [x for (p, _), x in r.items() if p == u25]
     assert after and all(abs(float(x["snr"])) < 2 * float(x["snr_se"]) for x in after)
-    assert "after 25 GRPO updates no method's signal is resolvable" in " ".join(read("README.md").split())
+    assert "after 25 updates none is resolvable" in " ".join(read("README.md").split())
+    assert float(g["batches"]) == 60 and float(r[(warm, "prover")]["batches"]) == 20
 
 
 def test_results_index_quotes_the_benchmark_gradient_ratios():

@@ -300,7 +300,7 @@ def test_compare_leaves_a_seed_with_different_warm_starts_out_of_the_paired_diff
     d = paired.paired({0: 0.45, 2: 0.55}, {0: 0.40, 2: 0.45})
     assert d["n"] == 2 and f"| {paired.fmt(d, 100, sign=True)} |" in table
     assert f"| prover | {paired.fmt(paired.summary(finals['prover']), 100)} |" in table       # the cell keeps all 3
-    assert "Not paired, left out of Δ: seed 1 started from different warm starts (update-0 held-out grpo 30.0, prover 20.0)" in table
+    assert "Not paired, left out of prover's Δ: seed 1 started from another warm start than GRPO's (update-0 held-out 20.0 vs 30.0)" in table
     assert table.count("Not paired") == 1
 
 
