@@ -286,6 +286,30 @@ def alfworld_text(f: dict) -> str:
             f"re-evaluated 4 × 140 episodes): gains {', '.join(g)}.")
 
 
+BENCH_METHODS = ("grpo", "grpo-matched", "gigpo")
+BENCH_STUDY = os.path.join("results", "benchmark_gradient", "benchmark_gradient.csv")
+
+
+def benchmark_figures(out: str) -> dict:
+    rows = read_csv(os.path.join(ROOT, out, "benchmark", "benchmark_gradient.csv"))
+    return {r["method"]: {k: float(r[k]) for k in ("snr", "snr_se", "tokens")} for r in rows}
+
+
+def benchmark_text(f: dict) -> str:
+    def one(m):
+        x = f[m]
+        return f"{m} {x['snr']:.3f} ± {x['snr_se']:.3f} ({x['tokens']:.0f} tokens)"
+    study = {(os.path.basename(r["policy"]), r["method"]): r for r in read_csv(os.path.join(ROOT, BENCH_STUDY))}
+    g, q = (study[("tiny-alfworld-0355c899bead", m)] for m in ("grpo", "gigpo"))
+    after = [r for (p, _), r in study.items() if p == "alfworld-grpo-s0-u25"]
+    return (f"Signal-to-noise of one batch's gradient (4 tasks × G = 8, ± jackknife SE): {', '.join(one(m) for m in BENCH_METHODS)}. "
+            f"A batch whose snr is s is s/(1 + s) signal (8 batches resolve it only roughly); a method that doubles s is worth two GRPO batches. "
+            f"The committed study (`results/benchmark_gradient/benchmark_gradient.md`, {g['batches']} batches): GRPO "
+            f"{float(g['snr']):.3f} ± {float(g['snr_se']):.3f}, GiGPO {float(q['snr_vs_grpo']):.2f} ± {float(q['snr_vs_grpo_se']):.2f} × "
+            f"GRPO's (paired); after 25 GRPO updates {sum(abs(float(r['snr'])) < 2 * float(r['snr_se']) for r in after)} of "
+            f"{len(after)} methods' snr are within 2 SE of 0.")
+
+
 def learning_gain(seed: int) -> str:
     """The re-evaluated gain of one seed in results/learning/learning_alfworld.md (its second table)."""
     text = open(os.path.join(ROOT, "results", "learning", "learning_alfworld.md")).read()
@@ -352,6 +376,12 @@ LABS = [
         [("--iters 10 --eval-every 5 --eval-episodes 64",
           f"--iters 1 --eval-every 1 --eval-episodes 4 --group-size 4 --tasks-per-iter 2 --max-steps 8 {TRAIN_TINY}")],
         alfworld_figures, alfworld_text),
+    Lab("benchmark",
+        "python bench/benchmark_gradient.py --env alfworld --policy results/compare/warmstarts/tiny-alfworld-0355c899bead "
+        f"--methods {' '.join(BENCH_METHODS)} --repeats 8 --ref-batches 4 --cache {OUT}/benchmark/cache "
+        f"--out {OUT}/benchmark/benchmark_gradient",
+        [("--repeats 8 --ref-batches 4", "--repeats 3 --ref-batches 3 --tasks 1 --group 2")],
+        benchmark_figures, benchmark_text),
 ]
 BY_KEY = {lab.key: lab for lab in LABS}
 
