@@ -120,7 +120,7 @@ def stats(gram, idx: list[int], ref: list[int]) -> dict:
     root = math.sqrt(Ur) if Ur > 0 else float("nan")
     cosine = float((per / sub.diagonal().sqrt()).mean()) / root
     align = C / math.sqrt(U * Ur) if U > 0 and Ur > 0 else float("nan")
-    snr = U / (M - U) if M > U else float("inf")
+    snr = U / (M - U) if M > U else float("nan") if M == 0 else float("inf")
     return {"snr": snr, "align": align, "cosine": cosine}
 
 
@@ -146,12 +146,14 @@ def ratio_se(gram, idx: list[int], base: list[int]) -> float:
         sub = gram[ix][:, ix]
         k = len(ix)
         U = float((sub.sum() - sub.diagonal().sum()) / (k * (k - 1)))
-        return U / (float(sub.diagonal().mean()) - U)
+        M = float(sub.diagonal().mean())
+        return U / (M - U) if M > U else float("nan")        # M = U = 0: every gradient of the batches is 0
     vals = []
     for j in range(n):
         b = snr([x for k, x in enumerate(base) if k != j])
-        if b > 0:
-            vals.append(snr([x for k, x in enumerate(idx) if k != j]) / b)
+        a = snr([x for k, x in enumerate(idx) if k != j])
+        if b > 0 and math.isfinite(a):
+            vals.append(a / b)
     if len(vals) < 2:
         return float("nan")
     m = sum(vals) / len(vals)
