@@ -100,64 +100,66 @@ def slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
+def moments(gram, ix: list[int]) -> tuple[float, float]:
+    """(U, M) of the batches `ix`: U = mean_{a≠b} ĝ_a·ĝ_b (unbiased |E ĝ|²), M = mean_a |ĝ_a|²."""
+    sub = gram[ix][:, ix]
+    k = len(ix)
+    return float((sub.sum() - sub.diagonal().sum()) / (k * (k - 1))), float(sub.diagonal().mean())
+
+
+def snr_of(U: float, M: float) -> float:
+    """U / (M − U); no value where every gradient is 0 (M = U = 0: a tiny batch with one outcome)."""
+    return U / (M - U) if M > U else float("nan") if M == 0 else float("inf")
+
+
+def jk_se(vals: list[float]) -> float:
+    """The jackknife SE from leave-one-out values (the non-finite ones dropped)."""
+    vals = [v for v in vals if math.isfinite(v)]
+    if len(vals) < 2:
+        return float("nan")
+    m = sum(vals) / len(vals)
+    return math.sqrt((len(vals) - 1) / len(vals) * sum((v - m) ** 2 for v in vals))
+
+
+def drop(ix: list[int], j: int) -> list[int]:
+    return [x for k, x in enumerate(ix) if k != j]
+
+
 def stats(gram, idx: list[int], ref: list[int]) -> dict:
     """snr, align and cosine of one arm's batches (`idx`, rows of the Gram matrix) against the
     reference's (`ref`), from unbiased inner products (module docstring)."""
-    sub = gram[idx][:, idx]
-    n = len(idx)
-    M = float(sub.diagonal().mean())
-    U = float((sub.sum() - sub.diagonal().sum()) / (n * (n - 1)))
-    rs = gram[ref][:, ref]
-    nr = len(ref)
-    Ur = float((rs.sum() - rs.diagonal().sum()) / (nr * (nr - 1)))
+    U, M = moments(gram, idx)
+    Ur, _ = moments(gram, ref)
     cross = gram[idx][:, ref]
     if set(idx) == set(ref):
         C = Ur
-        per = (cross.sum(1) - cross.diagonal()) / (nr - 1)        # each batch against the others
+        per = (cross.sum(1) - cross.diagonal()) / (len(ref) - 1)        # each batch against the others
     else:
         C = float(cross.mean())
         per = cross.mean(1)
     root = math.sqrt(Ur) if Ur > 0 else float("nan")
-    cosine = float((per / sub.diagonal().sqrt()).mean()) / root
+    cosine = float((per / gram[idx][:, idx].diagonal().sqrt()).mean()) / root
     align = C / math.sqrt(U * Ur) if U > 0 and Ur > 0 else float("nan")
-    snr = U / (M - U) if M > U else float("nan") if M == 0 else float("inf")
-    return {"snr": snr, "align": align, "cosine": cosine}
+    return {"snr": snr_of(U, M), "align": align, "cosine": cosine}
 
 
 def jackknife(gram, idx: list[int], ref: list[int]) -> dict:
     """Leave-one-batch-index-out SEs of `stats` (batch j of the arm and batch j of the reference out
     together)."""
     full = stats(gram, idx, ref)
-    n = min(len(idx), len(ref))
-    outs = [stats(gram, [x for k, x in enumerate(idx) if k != j], [x for k, x in enumerate(ref) if k != j]) for j in range(n)]
-    se = {}
-    for k in full:
-        vals = [o[k] for o in outs if math.isfinite(o[k])]
-        m = sum(vals) / len(vals) if vals else float("nan")
-        se[k + "_se"] = math.sqrt((len(vals) - 1) / len(vals) * sum((v - m) ** 2 for v in vals)) if len(vals) > 1 else float("nan")
-    return {**full, **se}
+    outs = [stats(gram, drop(idx, j), drop(ref, j)) for j in range(min(len(idx), len(ref)))]
+    return {**full, **{k + "_se": jk_se([o[k] for o in outs]) for k in full}}
 
 
 def ratio_se(gram, idx: list[int], base: list[int]) -> float:
     """Jackknife SE of snr(idx) / snr(base) over batch indices (batch j of both out together: the
     methods' batch j shares its rollouts, so the ratio is paired)."""
-    n = min(len(idx), len(base))
-    def snr(ix):
-        sub = gram[ix][:, ix]
-        k = len(ix)
-        U = float((sub.sum() - sub.diagonal().sum()) / (k * (k - 1)))
-        M = float(sub.diagonal().mean())
-        return U / (M - U) if M > U else float("nan")        # M = U = 0: every gradient of the batches is 0
     vals = []
-    for j in range(n):
-        b = snr([x for k, x in enumerate(base) if k != j])
-        a = snr([x for k, x in enumerate(idx) if k != j])
-        if b > 0 and math.isfinite(a):
-            vals.append(a / b)
-    if len(vals) < 2:
-        return float("nan")
-    m = sum(vals) / len(vals)
-    return math.sqrt((len(vals) - 1) / len(vals) * sum((v - m) ** 2 for v in vals))
+    for j in range(min(len(idx), len(base))):
+        b = snr_of(*moments(gram, drop(base, j)))
+        if b > 0:
+            vals.append(snr_of(*moments(gram, drop(idx, j))) / b)
+    return jk_se(vals)
 
 
 def report(path_csv: str, path_md: str) -> None:
