@@ -111,20 +111,30 @@ def flat_grad(model, groups, adv, pad_id: int, temperature: float, micro_tokens:
     return g.detach().clone()
 
 
-def batch(tr, method: str, b: int, run) -> tuple[torch.Tensor, int]:
-    """One batch of `method`: rollouts, GRPO advantages, the method's credit, the gradient."""
+def sample(tr, method: str, b: int, run) -> tuple[list, list]:
+    """Batch b's rollouts and GRPO advantages (tasks and sampling seeded by b alone, so every arm's
+    batch b plays the same rollouts), with `run` set up for `method`'s credit at step b."""
     cfg = tr.cfg
-    agent = run.agent
-    before = sum(agent.counter[k] for k in GENERATED)
     tasks = [hash((b, k, 0xBA7C)) % 10**6 for k in range(cfg.tasks_per_iter)]
-    groups = rollout_groups(agent, tr.train_envs, tasks, cfg.group_size, cfg.temperature, seed=hash((b, 0x5EED)) & 0x7FFFFFFF)
+    groups = rollout_groups(run.agent, tr.train_envs, tasks, cfg.group_size, cfg.temperature, seed=hash((b, 0x5EED)) & 0x7FFFFFFF)
     adv = grpo.trajectory_advantages(groups, cfg.norm_std, cfg.invalid_penalty, cfg.inadmissible_penalty)
     base, settings = arm_settings(method)
     run.cfg = dataclasses.replace(cfg, method=base, **settings)
     run.step, run.proposals, run.records = b, [], []
-    methods.credit_fn(base)(groups, adv, run)
-    tokens = sum(agent.counter[k] for k in GENERATED) - before
-    return flat_grad(tr.model, groups, adv, tr.tok.pad_token_id, cfg.temperature), tokens
+    return groups, adv
+
+
+def generated(run) -> int:
+    return sum(run.agent.counter[k] for k in GENERATED)
+
+
+def batch(tr, method: str, b: int, run) -> tuple[torch.Tensor, int]:
+    """One batch of `method`: rollouts, GRPO advantages, the method's credit, the gradient."""
+    before = generated(run)
+    groups, adv = sample(tr, method, b, run)
+    methods.credit_fn(run.cfg.method)(groups, adv, run)
+    tokens = generated(run) - before
+    return flat_grad(tr.model, groups, adv, tr.tok.pad_token_id, tr.cfg.temperature), tokens
 
 
 def credit_phase_module():

@@ -47,6 +47,7 @@ class TurnCredit:
     adv: float          # Â_t = V̂(s_{t+1}) − V̂(s_t)
     se: float           # its standard error (independent continuations on both sides)
     weight: float       # T/m under subsampling, else 1: the turn's credit is weight · adv
+    halves: tuple[float, float] | None = None   # Â_t from the first and from the last K/2 continuations (K even)
 
 
 def _mean_var(x: list[float]) -> tuple[float, float]:
@@ -54,17 +55,22 @@ def _mean_var(x: list[float]) -> tuple[float, float]:
     return m, (sum((v - m) ** 2 for v in x) / (len(x) - 1) if len(x) > 1 else 0.0)
 
 
-def state_values(agent, envs_for, states: list, K: int, temperature: float, seed: int) -> list[tuple[float, float]]:
-    """(V̂, s²) of each state from K continuations, in batched calls of ≤ CHUNK episodes.
+def state_outcomes(agent, envs_for, states: list, K: int, temperature: float, seed: int) -> list[list[float]]:
+    """The K continuations' outcomes of each state, in batched calls of ≤ CHUNK episodes.
     `envs_for(n)` returns n spare envs of the states' split."""
     per = max(1, CHUNK // K)
-    out: list[tuple[float, float]] = []
+    out: list[list[float]] = []
     for c in range(0, len(states), per):
         part = states[c:c + per]
         finals = continue_from(agent, envs_for(len(part) * K), part, K, temperature, hash((seed, c)) & 0x7FFFFFFF)
         wins = [outcome(f.info, agent.reward) for f in finals]
-        out += [_mean_var(wins[j * K:(j + 1) * K]) for j in range(len(part))]
+        out += [wins[j * K:(j + 1) * K] for j in range(len(part))]
     return out
+
+
+def state_values(agent, envs_for, states: list, K: int, temperature: float, seed: int) -> list[tuple[float, float]]:
+    """(V̂, s²) of each state from K continuations."""
+    return [_mean_var(w) for w in state_outcomes(agent, envs_for, states, K, temperature, seed)]
 
 
 def pick_turns(T: int, m: int, rng: random.Random) -> list[int]:
@@ -84,31 +90,49 @@ def turn_credit(agent, envs_for, trajs: list, K: int, temperature: float, seed: 
                 if s < len(tr.turns) and (j, s) not in need:
                     need[(j, s)] = len(starts)
                     starts.append(tr.turns[s].state)
-    vals = state_values(agent, envs_for, starts, K, temperature, seed)
+    wins = state_outcomes(agent, envs_for, starts, K, temperature, seed)
     out = []
     for j, (tr, ts) in enumerate(zip(trajs, picks)):
-        def v(s):           # (V̂, s²/K) of state s; the final state is the outcome, known exactly
+        def v(s, part=slice(None)):   # (V̂, s²/K) of state s from the continuations `part`; the final state is the outcome
             if s == len(tr.turns):
                 return tr.R, 0.0
-            mean, var = vals[need[(j, s)]]
-            return mean, var / K
+            w = wins[need[(j, s)]][part]
+            mean, var = _mean_var(w)
+            return mean, var / len(w)
+
+        def half(t, h):               # Â_t from half h of the continuations (the same half on both sides)
+            part = slice(0, K // 2) if h == 0 else slice(K // 2, K)
+            return v(t + 1, part)[0] - v(t, part)[0]
         w = len(tr.turns) / len(ts) if ts else 0.0
-        out.append([TurnCredit(t, v(t + 1)[0] - v(t)[0], math.sqrt(v(t + 1)[1] + v(t)[1]), w) for t in ts])
+        out.append([TurnCredit(t, v(t + 1)[0] - v(t)[0], math.sqrt(v(t + 1)[1] + v(t)[1]), w,
+                               (half(t, 0), half(t, 1)) if K % 2 == 0 else None) for t in ts])
     return out
+
+
+def advantages(groups, cr: list[list[TurnCredit]], cfg, value=lambda c: c.adv) -> list:
+    """adv[g][i][t] = weight·value(credit of turn t) − pen_t on the picked turns, −pen_t on the others."""
+    adv, j = [], 0
+    for grp in groups:
+        adv.append([])
+        for tr in grp:
+            a = [0.0] * len(tr.turns)
+            for c in cr[j]:
+                a[c.t] = c.weight * value(c)
+            adv[-1].append([penalised(x, tn, cfg) for x, tn in zip(a, tr.turns)])
+            j += 1
+    return adv
+
+
+def batch_credit(groups, run) -> list[list[TurnCredit]]:
+    """The credit of every trajectory of the update's groups (flattened in group order), seeded per step."""
+    cfg = run.cfg
+    trajs = [tr for grp in groups for tr in grp]
+    return turn_credit(run.agent, run.envs, trajs, cfg.vine_k, cfg.temperature, seed_for(run, 9, groups), cfg.vine_turns)
 
 
 def credit(groups, adv, run) -> dict:
     """A_t = weight·Â_t − pen_t on the picked turns, −pen_t on the others; every group."""
-    cfg = run.cfg
-    trajs = [tr for grp in groups for tr in grp]
-    cr = turn_credit(run.agent, run.envs, trajs, cfg.vine_k, cfg.temperature, seed_for(run, 9, groups), cfg.vine_turns)
-    j = 0
-    for g, grp in enumerate(groups):
-        for i, tr in enumerate(grp):
-            a = [0.0] * len(tr.turns)
-            for c in cr[j]:
-                a[c.t] = c.weight * c.adv
-            adv[g][i] = [penalised(x, tn, cfg) for x, tn in zip(a, tr.turns)]
-            j += 1
+    cr = batch_credit(groups, run)
+    adv[:] = advantages(groups, cr, run.cfg)
     ses = [c.se for row in cr for c in row]
     return {"vine/turns": len(ses), "vine/se_mean": sum(ses) / max(1, len(ses))}

@@ -59,6 +59,9 @@ def test_keydoor_credit_agrees_with_the_exact_oracle_within_its_se():
             row = cr[k]
             k += 1
             assert [c.t for c in row] == list(range(len(tr.turns))) and all(c.weight == 1.0 for c in row)
+            # the two halves of the K continuations average to the K-continuation credit (the
+            # reference's split in bench/benchmark_gradient.py rests on it)
+            assert all(c.adv == pytest.approx(sum(c.halves) / 2, abs=1e-12) for c in row)
             last.append(row[-1].adv - a_star[g][i][-1])
             for c, a in zip(row[:-1], a_star[g][i]):
                 pivotal += abs(a) > 0.1                    # the key room's decision: ±0.4 here
@@ -159,7 +162,59 @@ def test_gradient_ladder_statistics_recover_known_signal_and_noise():
     assert s1["cosine"] == pytest.approx((1 / 10) ** 0.5, abs=0.06)          # √(snr/(1+snr)) at σ² = 9
     assert s2["cosine"] == pytest.approx(0.6 * 0.5 ** 0.5, abs=0.06)
     assert all(0 < s["snr_se"] < 0.5 for s in (s_ref, s1, s2)) and all(0 < s["align_se"] < 0.5 for s in (s1, s2))
-    assert s_ref["align"] == 1.0 and s_ref["align_se"] == 0.0          # the reference against itself
+    assert s_ref["align"] == pytest.approx(1.0, abs=1e-12) and s_ref["align_se"] == pytest.approx(0.0, abs=1e-9)   # the reference against itself
+
+
+def test_exact_snr_takes_out_exactly_the_continuations_noise():
+    """The reference's batch ĝ = (ĝ_1 + ĝ_2)/2 from two halves of its continuations: ĝ_h = g + s + e_h
+    with s the rollouts' noise (E|s|² = 1, shared) and e_h a half's continuation noise (E|e_h|² = 8,
+    so ĝ's is 4). snr = 1/(1 + 4); mc = |ĝ_1 − ĝ_2|²/4 estimates the 4, and the exact snr (K → ∞)
+    = |g|²/E|s|² = 1, against a GRPO arm on the same rollouts: ĝ_grpo = g + s + f, E|f|² = 3."""
+    import torch
+    import benchmark_gradient as bg
+    gen = torch.Generator().manual_seed(1)
+    d, n = 4000, 60
+    def noise(v):
+        return torch.randn(d, generator=gen, dtype=torch.float64) * (v / d) ** 0.5
+    g = noise(d) / (d ** 0.5)
+    g /= g.norm()
+    ref, grpo, mc = [], [], {}
+    for b in range(n):
+        s = noise(1.0)
+        g1, g2 = g + s + noise(8.0), g + s + noise(8.0)
+        ref.append((g1 + g2) / 2)
+        mc[b] = float(((g1 - g2) ** 2).sum() / 4)
+        grpo.append(g + s + noise(3.0))
+    G = torch.stack(ref + grpo)
+    gram = G @ G.T
+    r, a = list(range(n)), list(range(n, 2 * n))
+    st = bg.jackknife(gram, r, r, mc)
+    assert st["snr"] == pytest.approx(1 / 5, rel=0.3)
+    assert st["mc_share"] == pytest.approx(0.8, abs=0.05) and st["snr_exact"] == pytest.approx(1.0, rel=0.3)
+    assert 0 < st["snr_exact_se"] < 0.5
+    ratio = bg.exact_snr(gram, r, mc) / bg.jackknife(gram, a, r)["snr"]     # exact credit over GRPO: 1 / (1/4)
+    assert ratio == pytest.approx(4.0, rel=0.35) and 0 < bg.ratio_se(gram, r, a, lambda ix: bg.exact_snr(gram, ix, mc)) < 2
+    # paired: GRPO's batch k shares its rollouts with the reference's batch k; align leaves those pairs
+    # out, so it stays ≈ 1 (with them in, s would count twice: |s|² = 1 against |g|² = 1)
+    assert bg.jackknife(gram, a, r)["align"] == pytest.approx(1.0, abs=0.15)
+
+
+def test_two_sittings_never_make_the_same_batch(tmp_path):
+    """bench/benchmark_gradient.py's claim on a batch file: two processes asking for the same batches
+    side by side make each once (the second waits for a held one instead of redoing it)."""
+    import subprocess
+    code = ("import sys, time; sys.path.insert(0, 'bench'); import benchmark_gradient as bg\n"
+            "d, tag = sys.argv[1], sys.argv[2]\n"
+            "def make(b):\n"
+            "    open(f'{d}/made-{b}-{tag}', 'w').close(); time.sleep(0.3); return {'b': b}\n"
+            "late = [b for b in range(6) if not bg.claimed(f'{d}/{b}.pt', lambda: make(b), wait=False)]\n"
+            "for b in late: bg.claimed(f'{d}/{b}.pt', lambda: make(b), wait=True)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), t], cwd=root) for t in "ab"]
+    assert all(p.wait(timeout=60) == 0 for p in procs)
+    made = sorted(f.name for f in tmp_path.iterdir() if f.name.startswith("made-"))
+    assert sorted(m.split("-")[1] for m in made) == [str(b) for b in range(6)]      # each batch made once
+    assert all((tmp_path / f"{b}.pt").exists() for b in range(6))
 
 
 def test_window_credit_probability_is_the_binomial_sum():
