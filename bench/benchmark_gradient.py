@@ -172,7 +172,11 @@ def stats(gram, idx: list[int], ref: list[int], mc=None) -> dict:
     C = float((cross * keep).sum() / keep.sum())
     per = (cross * keep).sum(1) / keep.sum(1)
     root = math.sqrt(Ur) if Ur > 0 else float("nan")
-    cosine = float((per / gram[idx][:, idx].diagonal().sqrt()).mean()) / root
+    norm = gram[idx][:, idx].diagonal().sqrt()
+    # a batch whose gradient is 0 (every group one outcome, no format penalty) points nowhere: cosine 0
+    each = per / norm.clamp_min(1e-300)
+    each[norm == 0] = 0.0
+    cosine = float(each.mean()) / root
     align = C / math.sqrt(U * Ur) if U > 0 and Ur > 0 else float("nan")
     out = {"snr": snr_of(U, M), "align": align, "cosine": cosine}
     if mc is not None:              # the reference: its snr with the continuations' noise taken out (K → ∞)

@@ -378,7 +378,7 @@ LABS = [
         alfworld_figures, alfworld_text),
     Lab("benchmark",
         "python bench/benchmark_gradient.py --env alfworld --policy results/compare/warmstarts/tiny-alfworld-0355c899bead "
-        f"--methods {' '.join(BENCH_METHODS)} --repeats 8 --ref-batches 4 --cache {OUT}/benchmark/cache "
+        f"--methods {' '.join(BENCH_METHODS)} --repeats 8 --ref-batches 4 --ref-k 4 --ref-turns 2 --cache {OUT}/benchmark/cache "
         f"--out {OUT}/benchmark/benchmark_gradient",
         [("--repeats 8 --ref-batches 4", "--repeats 3 --ref-batches 3 --tasks 1 --group 2")],
         benchmark_figures, benchmark_text),

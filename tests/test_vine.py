@@ -162,6 +162,9 @@ def test_gradient_ladder_statistics_recover_known_signal_and_noise():
     assert s1["cosine"] == pytest.approx((1 / 10) ** 0.5, abs=0.06)          # √(snr/(1+snr)) at σ² = 9
     assert s2["cosine"] == pytest.approx(0.6 * 0.5 ** 0.5, abs=0.06)
     assert all(0 < s["snr_se"] < 0.5 for s in (s_ref, s1, s2)) and all(0 < s["align_se"] < 0.5 for s in (s1, s2))
+    zero = torch.stack(ref + m1[:-1] + [torch.zeros(d, dtype=torch.float64)])     # a batch with one outcome: ĝ = 0
+    s0 = bg.jackknife(zero @ zero.T, a, r)
+    assert s0["cosine"] == pytest.approx(s1["cosine"] * (n - 1) / n, abs=0.01)    # counted as cosine 0, not NaN
     assert s_ref["align"] == pytest.approx(1.0, abs=1e-12) and s_ref["align_se"] == pytest.approx(0.0, abs=1e-9)   # the reference against itself
 
 
