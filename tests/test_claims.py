@@ -512,3 +512,20 @@ def test_results_index_quotes_the_benchmark_gradient_ratios():
     want = (f"GiGPO {float(x['gigpo']['snr_vs_grpo']):.2f} ± {float(x['gigpo']['snr_vs_grpo_se']):.2f}, λ3 K4 "
             f"{float(x['prover-plus:lam=3,verify_k=4']['snr_vs_grpo']):.2f} ± {float(x['prover-plus:lam=3,verify_k=4']['snr_vs_grpo_se']):.2f}")
     assert want in " ".join(read("results/README.md").split()), want
+
+
+def test_gigpo_confirmatory_test_follows_its_runs():
+    """The PLAN's planned test (second addendum): GiGPO − GRPO on seeds 0–4, 9 of results/gigpo_confirm,
+    every run from one warm start, one-sided exact sign-flip — recomputed from the folder's csv."""
+    import csv
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import paired
+    rows = list(csv.DictReader(open(os.path.join(RES, "gigpo_confirm", "compare.csv"), newline="")))
+    assert len({r["warm_start"] for r in rows}) == 1
+    f = {(r["method"], int(r["seed"])): float(r["final_success"]) for r in rows}
+    d = [100 * (f[("gigpo", s)] - f[("grpo", s)]) for s in (0, 1, 2, 3, 4, 9)]
+    lo, hi = paired.t_ci(d)
+    p = paired.sign_flip_p(d, alternative="greater")
+    want = (f"GiGPO − GRPO on seeds 0–4, 9 = {paired.mean(d):+.1f} points, 95% t CI [{lo:+.1f}, {hi:+.1f}], n = 6 "
+            f"({sum(x > 0 for x in d)} of 6 positive), **p = {p:.3f} < 0.05")
+    assert p < 0.05 and want in " ".join(read("results/benchmark_gradient/PLAN.md").split()), want
