@@ -287,6 +287,7 @@ def alfworld_text(f: dict) -> str:
 
 
 BENCH_METHODS = ("grpo", "grpo-matched", "gigpo")
+BENCH_REF = "vine:vine_k=2,vine_turns=0"          # the committed study's reference
 BENCH_STUDY = os.path.join("results", "benchmark_gradient", "benchmark_gradient.csv")
 
 
@@ -302,11 +303,14 @@ def benchmark_text(f: dict) -> str:
     study = {(os.path.basename(r["policy"]), r["method"]): r for r in read_csv(os.path.join(ROOT, BENCH_STUDY))}
     g, q = (study[("tiny-alfworld-0355c899bead", m)] for m in ("grpo", "gigpo"))
     after = [r for (p, _), r in study.items() if p == "alfworld-grpo-s0-u25"]
+    ref = study[("tiny-alfworld-0355c899bead", BENCH_REF)]
     return (f"Signal-to-noise of one batch's gradient (4 tasks × G = 8, ± jackknife SE): {', '.join(one(m) for m in BENCH_METHODS)}. "
             f"A batch whose snr is s is s/(1 + s) signal (8 batches resolve it only roughly); a method that doubles s is worth two GRPO batches. "
             f"The committed study (`results/benchmark_gradient/benchmark_gradient.md`, {g['batches']} batches): GRPO "
             f"{float(g['snr']):.3f} ± {float(g['snr_se']):.3f}, GiGPO {float(q['snr_vs_grpo']):.2f} ± {float(q['snr_vs_grpo_se']):.2f} × "
-            f"GRPO's (paired); after 25 GRPO updates {sum(abs(float(r['snr'])) < 2 * float(r['snr_se']) for r in after)} of "
+            f"GRPO's (paired); exact per-turn advantages {float(ref['exact_vs_grpo']):.1f} ± {float(ref['exact_vs_grpo_se']):.1f} × "
+            f"(Monte Carlo, K = {ref['ref_k']} on every turn, {ref['ref_batches']} batches, at {float(ref['tokens']) / float(g['tokens']):.0f}× "
+            f"GRPO's tokens); after 25 GRPO updates {sum(abs(float(r['snr'])) < 2 * float(r['snr_se']) for r in after)} of "
             f"{len(after)} methods' snr are within 2 SE of 0.")
 
 

@@ -261,7 +261,7 @@ def test_holm_survivors_named_in_prose_are_the_files_survivors():
     survivors = [m for m, r in rows.items() if r[j] not in ("–",) and float(r[j]) < 0.05]
     assert survivors == ["gigpo"]
     assert (f"GiGPO is the one method whose average differs from GRPO's after Holm (p {rows['gigpo'][j]} over the "
-            f"average table's {len(rows) - 1} rows)") in read("README.md")
+            f"average table's {len(rows) - 1} rows)") in " ".join(read("README.md").split())
     for r in (4, 8, 16):
         holm = float(re.search(r"Holm ([0-9.]+)\)", lab_mid("credit_lab/credit_lab.md", r, "prover-plus")).group(1))
         assert holm < 0.05
@@ -486,46 +486,59 @@ def bench_rows() -> dict:
 
 
 def test_benchmark_gradient_sentence_follows_its_file():
-    """README's ALFWorld gradient sentence: GRPO's snr at the warm start, each named arm's snr × GRPO
-    (paired), and 'no method's signal is resolvable' after 25 updates (every row's snr within 2 SE of 0)."""
+    """README's ALFWorld gradient sentence: GRPO's align with the Monte Carlo reference, its snr at the
+    warm start, each named arm's snr × GRPO (paired), exact per-turn advantages' × GRPO and the
+    reference's own at its token ratio, and 'none is resolvable' after 25 updates (every row's snr
+    within 2 SE of 0)."""
     r = bench_rows()
     warm, u25 = "tiny-alfworld-0355c899bead", "alfworld-grpo-s0-u25"
-    g = r[(warm, "grpo")]
-    ratio = {m: float(r[(warm, m)]["snr_vs_grpo"]) for m in ("gigpo", "prover-plus:lam=3,verify_k=4",
-                                                               "prover-plus:lam=3,trust_judge=0.25", "prover")}
-    want = (f"at the warm start one GRPO batch has snr {float(g['snr']):.3f} "
-            f"({100 * float(g['snr']) / (1 + float(g['snr'])):.1f}% signal); GiGPO's {ratio['gigpo']:.1f}× that, "
-            f"prover-plus λ = 3 {ratio['prover-plus:lam=3,verify_k=4']:.1f}× with verification and "
-            f"{ratio['prover-plus:lam=3,trust_judge=0.25']:.1f}× without, the paper's ProVer {ratio['prover']:.1f}×")
+    g, ref = r[(warm, "grpo")], r[(warm, "vine:vine_k=2,vine_turns=0")]
+    ratio = {m: float(r[(warm, m)]["snr_vs_grpo"]) for m in ("gigpo", "prover-plus:lam=3,verify_k=4", "prover")}
+    want = (f"(GRPO: align {float(g['align']):.2f} ± {float(g['align_se']):.2f}): credit can only cut a batch's noise. "
+            f"Per batch, GRPO's snr is {float(g['snr']):.3f}; GiGPO's {ratio['gigpo']:.1f}×, prover-plus λ = 3 "
+            f"{ratio['prover-plus:lam=3,verify_k=4']:.1f}×, ProVer {ratio['prover']:.1f}×, exact per-turn advantages "
+            f"{float(ref['exact_vs_grpo']):.1f} ± {float(ref['exact_vs_grpo_se']):.1f}× (Monte Carlo credit: "
+            f"{float(ref['snr_vs_grpo']):.1f}× at {float(ref['tokens']) / float(g['tokens']):.0f}× the tokens)")
     assert want in " ".join(read("README.md").split()), want
-    for m in ("vine:vine_k=1,vine_turns=2", "vine:vine_k=2,vine_turns=1"):       # "Monte Carlo credit at K ≤ 2 less"
-        assert float(r[(warm, m)]["snr_vs_grpo"]) < 1
+    assert abs(float(g["align"]) - 1) < 2 * float(g["align_se"])           # "points where ... does"
     after = [x for (p, _), x in r.items() if p == u25]
     assert after and all(abs(float(x["snr"])) < 2 * float(x["snr_se"]) for x in after)
     assert "after 25 updates none is resolvable" in " ".join(read("README.md").split())
-    assert float(g["batches"]) == 60 and float(r[(warm, "prover")]["batches"]) == 20
+    assert float(g["batches"]) == 60 and float(r[(warm, "prover")]["batches"]) == 20 and ref["ref_batches"] == "48"
 
 
 def test_results_index_quotes_the_benchmark_gradient_ratios():
     r = bench_rows()
     x = {m: r[("tiny-alfworld-0355c899bead", m)] for m in ("gigpo", "prover-plus:lam=3,verify_k=4")}
+    ref, g = r[("tiny-alfworld-0355c899bead", "vine:vine_k=2,vine_turns=0")], r[("tiny-alfworld-0355c899bead", "grpo")]
     want = (f"GiGPO {float(x['gigpo']['snr_vs_grpo']):.2f} ± {float(x['gigpo']['snr_vs_grpo_se']):.2f}, λ3 K4 "
-            f"{float(x['prover-plus:lam=3,verify_k=4']['snr_vs_grpo']):.2f} ± {float(x['prover-plus:lam=3,verify_k=4']['snr_vs_grpo_se']):.2f}")
+            f"{float(x['prover-plus:lam=3,verify_k=4']['snr_vs_grpo']):.2f} ± {float(x['prover-plus:lam=3,verify_k=4']['snr_vs_grpo_se']):.2f}, "
+            f"exact per-turn advantages {float(ref['exact_vs_grpo']):.2f} ± {float(ref['exact_vs_grpo_se']):.2f} (Monte Carlo K = 2: "
+            f"{float(ref['snr_vs_grpo']):.2f} at {float(ref['tokens']) / float(g['tokens']):.1f}× tokens)")
+    assert want in " ".join(read("results/README.md").split()), want
+    d, m, lo, hi, p = gigpo_confirm()
+    want = f"GiGPO−GRPO {m:+.1f} [{lo:+.1f}, {hi:+.1f}] (n=6), one-sided p {p:.3f}"
     assert want in " ".join(read("results/README.md").split()), want
 
 
-def test_gigpo_confirmatory_test_follows_its_runs():
-    """The PLAN's planned test (second addendum): GiGPO − GRPO on seeds 0–4, 9 of results/gigpo_confirm,
-    every run from one warm start, one-sided exact sign-flip — recomputed from the folder's csv."""
+def gigpo_confirm() -> tuple[list[float], float, float, float, float]:
+    """GiGPO − GRPO (points) on seeds 0–4, 9 of results/gigpo_confirm: (d, mean, CI low, high, one-sided p)."""
     import csv
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import paired
     rows = list(csv.DictReader(open(os.path.join(RES, "gigpo_confirm", "compare.csv"), newline="")))
-    assert len({r["warm_start"] for r in rows}) == 1
+    assert len({r["warm_start"] for r in rows}) == 1                      # every run from one warm start
     f = {(r["method"], int(r["seed"])): float(r["final_success"]) for r in rows}
     d = [100 * (f[("gigpo", s)] - f[("grpo", s)]) for s in (0, 1, 2, 3, 4, 9)]
-    lo, hi = paired.t_ci(d)
-    p = paired.sign_flip_p(d, alternative="greater")
-    want = (f"GiGPO − GRPO on seeds 0–4, 9 = {paired.mean(d):+.1f} points, 95% t CI [{lo:+.1f}, {hi:+.1f}], n = 6 "
+    return d, paired.mean(d), *paired.t_ci(d), paired.sign_flip_p(d, alternative="greater")
+
+
+def test_gigpo_confirmatory_test_follows_its_runs():
+    """The PLAN's planned test (second addendum), one-sided exact sign-flip, recomputed from the csv;
+    README quotes the same figures."""
+    d, m, lo, hi, p = gigpo_confirm()
+    want = (f"GiGPO − GRPO on seeds 0–4, 9 = {m:+.1f} points, 95% t CI [{lo:+.1f}, {hi:+.1f}], n = 6 "
             f"({sum(x > 0 for x in d)} of 6 positive), **p = {p:.3f} < 0.05")
     assert p < 0.05 and want in " ".join(read("results/benchmark_gradient/PLAN.md").split()), want
+    want = f"GiGPO trains better: {m:+.1f} [{lo:+.1f}, {hi:+.1f}] points, n = 6, one-sided p {p:.3f}"
+    assert want in " ".join(read("README.md").split()), want
