@@ -24,7 +24,7 @@ V̂(s_t) from --ref-k continuations per state, on --ref-turns turns per trajecto
 with no judge, heuristic or truth. Each batch is computed from the two halves of its continuations
 (ĝ* = (ĝ_1 + ĝ_2)/2); mc = |ĝ_1 − ĝ_2|²/4 is unbiased for the continuations' share of ĝ*'s noise,
 which falls as 1/K, so snr at any K' follows: snr(K') = U_* / (M_* − U_* − mc + mc·K/K'), and
-K' → ∞ is the exact per-turn advantage's snr: what per-turn credit could give one batch at most.
+K' → ∞ is the snr of credit by exact per-turn advantages A^π(s_t, a_t), what credit methods estimate.
 Tokens: generated policy tokens per batch (rollouts + continuations), judge tokens apart (policy ids).
 
 Default policies: the pinned warm start of results/compare/ and, for ALFWorld, results/checkpoints/
@@ -125,8 +125,6 @@ def ref_batch(t, arm: str, b: int):
     before = cg.generated(run)
     groups, _ = cg.sample(t, arm, b, run)
     cfg = run.cfg
-    if cfg.vine_k % 2:
-        raise SystemExit(f"benchmark_gradient: --ref-k {cfg.vine_k}: the reference splits its continuations in halves; use an even K")
     cr = vine.batch_credit(groups, run)
     g1, g2 = (cg.flat_grad(t.model, groups, vine.advantages(groups, cr, cfg, lambda c, h=h: c.halves[h]), t.tok.pad_token_id,
                            cfg.temperature) for h in (0, 1))
@@ -314,6 +312,8 @@ def main(argv=None) -> None:
         raise SystemExit(f"benchmark_gradient: {bad[0]} is not a method for the benchmarks (lab-only or unknown)")
     if "grpo" not in args.methods:
         raise SystemExit("benchmark_gradient: --methods needs grpo (every row's snr is compared with it)")
+    if args.ref_k < 2 or args.ref_k % 2:
+        raise SystemExit(f"benchmark_gradient: --ref-k {args.ref_k}: the reference splits its continuations in two halves; use an even K ≥ 2")
     if min(args.repeats, args.ref_batches) < 3:
         raise SystemExit("benchmark_gradient: --repeats and --ref-batches need >= 3 (unbiased pairs and a jackknife)")
     policies = args.policy or POLICIES.get(args.env, [WARM[args.env]])

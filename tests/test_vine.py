@@ -258,3 +258,11 @@ def test_vine_method_replaces_grpo_advantage_on_the_picked_turns(tmp_path):
             for t in nz:
                 assert abs(adv[g][i][t]) <= len(tr.turns) / 2 + 1e-9
     assert agent.counter["tokens/verify"] > 0
+
+
+def test_benchmark_gradient_refuses_an_odd_reference_k_before_set_up():
+    """The reference's batches are split in two halves of their continuations: an odd --ref-k is one
+    error line, before any policy is loaded."""
+    import benchmark_gradient as bg
+    with pytest.raises(SystemExit, match="--ref-k 3: the reference splits its continuations in two halves"):
+        bg.main(["--ref-k", "3", "--cache", "/nonexistent", "--out", "/nonexistent/x"])
