@@ -260,6 +260,8 @@ def exact_section(rows: list[dict]) -> list[str]:
         if grpo is None:
             continue
         K, snr, share, g_snr = int(r["ref_k"]), float(r["snr"]), float(r["mc_share"]), float(grpo["snr"])
+        ok = g_snr > 2 * float(grpo["snr_se"])          # a ratio to GRPO needs GRPO's snr resolved
+        x_grpo = (f"{float(r['exact_vs_grpo']):.2f} ± {float(r['exact_vs_grpo_se']):.2f}" if ok else "unresolved")
         roll = float(grpo["tokens"])                       # the same rollouts: the continuations are the rest
         cont = float(r["tokens"]) - roll
         if not out:
@@ -274,14 +276,14 @@ def exact_section(rows: list[dict]) -> list[str]:
         out += [f"**{r['env']}, {os.path.basename(r['policy'])}** (reference: K = {K}, "
                 f"{'every turn' if r['ref_turns'] == '0' else r['ref_turns'] + ' turns per trajectory'}, {r['ref_batches']} batches; "
                 f"mc share {share:.2f} ± {float(r['mc_share_se']):.2f}; GRPO snr {g_snr:.4f} ± {float(grpo['snr_se']):.4f}; "
-                f"exact per-turn advantage × GRPO {float(r['exact_vs_grpo']):.2f} ± {float(r['exact_vs_grpo_se']):.2f}):", "",
+                f"exact per-turn advantages × GRPO {x_grpo}):", "",
                 "| K' | snr | × GRPO | policy tokens / batch | tokens × GRPO |", "|---|---|---|---|---|"]
         for k2 in (1, 2, 4, 8, math.inf):
             v = at_k(snr, share, K, k2)
             tok = roll + cont * k2 / K if math.isfinite(k2) else math.inf
-            out.append(f"| {'∞' if not math.isfinite(k2) else k2}{' (measured)' if k2 == K else ''} | {v:.4f} | "
-                       f"{v / g_snr:.2f} | {tok:.0f} | {tok / roll:.1f} |" if math.isfinite(k2) else
-                       f"| ∞ | {v:.4f} ± {float(r['snr_exact_se']):.4f} | {v / g_snr:.2f} ± {float(r['exact_vs_grpo_se']):.2f} | – | – |")
+            out.append(f"| {k2}{' (measured)' if k2 == K else ''} | {v:.4f} | {f'{v / g_snr:.2f}' if ok else 'unresolved'} | "
+                       f"{tok:.0f} | {tok / roll:.1f} |" if math.isfinite(k2) else
+                       f"| ∞ | {v:.4f} ± {float(r['snr_exact_se']):.4f} | {x_grpo} | – | – |")
         out.append("")
     return out
 

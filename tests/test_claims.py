@@ -503,7 +503,13 @@ def test_benchmark_gradient_sentence_follows_its_file():
     assert abs(float(g["align"]) - 1) < 2 * float(g["align_se"])           # "points where ... does"
     after = [x for (p, _), x in r.items() if p == u25]
     assert after and all(abs(float(x["snr"])) < 2 * float(x["snr_se"]) for x in after)
-    assert "after 25 updates none is resolvable" in " ".join(read("README.md").split())
+    assert "after 25 updates no snr is resolvable, not even exact credit's." in " ".join(read("README.md").split())
+    u_ref = r[(u25, "vine:vine_k=2,vine_turns=0")]
+    assert abs(float(u_ref["snr_exact"])) < 2 * float(u_ref["snr_exact_se"])
+    sq = {m: x for (p, m), x in r.items() if p == "tiny-searchqa-06e2d5e41565"}
+    want = (f"On SearchQA: exact {float(sq['vine:vine_k=2,vine_turns=0']['exact_vs_grpo']):.1f} ± "
+            f"{float(sq['vine:vine_k=2,vine_turns=0']['exact_vs_grpo_se']):.1f}×, ProVer {float(sq['prover']['snr_vs_grpo']):.1f}×.")
+    assert want in " ".join(read("README.md").split()), want
     assert float(g["batches"]) == 60 and float(r[(warm, "prover")]["batches"]) == 20 and ref["ref_batches"] == "48"
 
 
