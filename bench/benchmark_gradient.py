@@ -220,7 +220,8 @@ def report(path_csv: str, path_md: str) -> None:
              "**snr × GRPO**: one batch of the method is worth this many GRPO batches (in signal, at align ≈ 1), against "
              "GRPO on the same batch indices (the same tasks and first samples: paired). ± jackknife SE over batch indices; "
              "'unresolved': the snr it rests on (GRPO's, or the reference's for cosine and align) is not 2 SE above 0. tokens: generated policy tokens per batch (rollouts + continuations), "
-             "judge tokens beside them, both in the policy tokenizer's ids; the built-in judge ran for the judged methods. "
+             "judge tokens beside them, both in the policy tokenizer's ids; the built-in judge ran for the judged methods (its hit rate "
+             "is not defined here: the benchmarks label no pivotal turn). "
              "Each batch: `tasks` tasks × G rollouts; batches: the method's.", "",
              "| env | policy | method | policy tokens / batch | judge tokens / batch | snr | snr × GRPO | cosine | align | batches | g* batches | ref K | ref turns |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
