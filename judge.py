@@ -213,10 +213,6 @@ def find_proposal(text: str) -> tuple[dict | None, str | None]:
                                               + rejects_note(rejects))
 
 
-def parse_proposal(text: str) -> dict | None:
-    return find_proposal(text)[0]
-
-
 # ---------------------------------------------------------------------------------------------
 # The judge agent loop (hf and openai backends)
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""ProVer's credit: propose → verify → add, on top of GRPO's advantages.
+"""ProVer's credit, the paper's procedure: propose → verify → add, on top of GRPO's advantages.
 
 For every rollout group whose outcome is mixed, with 1..3 successes of G = 8 (`eligible`):
     1. τ* = the shortest successful trajectory of the group
@@ -14,16 +14,15 @@ Every other token keeps A^GRPO; the continuations are not training data; the los
 Toy example (the paper's): 2 of 4 continuations succeed from s_ℓ and 3 of 4 from s_{r+1}, so
 Δ̂ = 0.75 − 0.5 = +0.25 is added to the advantage of the segment's tokens.
 
-`credit` below is exactly that procedure. Each step asks a `Paper` object for its choice (which
-groups to judge, which success, the verifier's call, the credit rule, which turns get the bonus);
-`methods/prover_options.py` overrides those named points for the options beyond the paper
-(--credit-test, --credit-scope, --focus, --negative-credit, --judge-success, --judge-max, CRN and
-adaptive K, and `--method prover-plus`). With none of them set, the paper's choices run, bit for bit.
+`credit` below is exactly that procedure, top to bottom. The options beyond the paper (--credit-test,
+--credit-scope, --focus, --negative-credit, --judge-success, --judge-max, --trust-judge, CRN and
+adaptive K, and `--method prover-plus`) are methods/prover_options.py, which reuses the pieces
+here; `--method prover` runs it instead of `credit` when one of their flags is set (methods/__init__.py).
 
 Costs: the judge's tokens under `tokens/judge` (its prompts under `tokens/judge_prompt`), the
 continuations' under `tokens/verify` / `env_steps/verify`. Each judged group is written to
-`segments.md` (the segment verbatim, Δ̂ ± SE, applied or why dropped) and to `run.records`
-(records.jsonl, shown by report.html).
+`segments.md` (the segment verbatim, Δ̂ ± SE, the bonus λ·Δ̂ added or why none was) and to
+`run.records` (records.jsonl, shown by report.html).
 
 Leaves out: more than one segment per group, judging groups with no success or no failure (they
 carry no contrast), and training on the continuations.
@@ -47,97 +46,82 @@ def eligible(group, min_success: int, max_success: int) -> bool:
     return 0 < n < len(group) and min_success <= n <= max_success
 
 
-class Paper:
-    """The paper's choice at each named point of `credit`. One object per batch (it may keep what
-    it learnt in the batch, e.g. that the judge's endpoint is down)."""
-
-    def __init__(self, cfg):
-        self.cfg, self.refused = cfg, None
-
-    def judged(self, groups, step: int) -> set[int] | None:
-        return None                              # every eligible group is judged
-
-    def propose(self, judge, group, sid: int, st: Counter):
-        """(the judge's result, the success it is about)."""
-        if self.refused is not None:
-            # an endpoint that refused a connection (after its own retries and backoff) is down:
-            # asking again for each remaining group would add its backoff each; the next update retries
-            return self.refused.skipped(), sid
-        jr = judge.propose(group, sid)
-        if jr.reason_key == "connection error":
-            self.refused = jr
-        return jr, sid
-
-    def verify(self, estimate, agent, envs, traj, p, seed: int):
-        c = self.cfg
-        return estimate(agent, envs, traj, p.start_turn, p.end_turn, c.verify_k, c.temperature, seed=seed)
-
-    def decide(self, v) -> tuple[bool, float]:
-        """(credit?, bonus): Δ̂ > margin (0 in the paper), bonus λ·Δ̂."""
-        return v.delta > self.cfg.margin, self.cfg.lam * v.delta
-
-    def targets(self, group, sid: int, p, adv_g, applied: bool, st: Counter) -> list[tuple[int, int]]:
-        """The (trajectory, turn) pairs that get the bonus: τ*'s segment."""
-        return [(sid, t) for t in range(p.start_turn, p.end_turn + 1)]
-
-    def after(self, run, g, group, sid, p, v, applied, bonus, adv, st, seed) -> dict | None:
-        """Anything beyond the paper for this verified proposal; returns what segments.md and the
-        record should say of it (None: nothing beyond Δ̂ ± SE)."""
-        return None
-
-    def metrics(self) -> dict:
-        return {}
-
-
-def credit(groups, adv, run, rules: Paper | None = None, estimate=None) -> dict:
+def credit(groups, adv, run, estimate=None) -> dict:
     """ProVer's credit for one batch: adv[g][i][t] (GRPO's per-turn advantages of trajectory i of
     group g) gains λ·Δ̂ on verified segments, in place. Returns this update's prover/* metrics.
     `estimate`: the verifier (verify.estimate; the lab's exact arms pass the exact ΔV)."""
-    rules, estimate = rules or Paper(run.cfg), estimate or verify.estimate
-    cfg, agent = rules.cfg, run.agent                   # the rules' config (prover-plus overrides some fields)
+    cfg, estimate = run.cfg, estimate or verify.estimate
+    judge = BatchJudge(run.judge)
     st, deltas, report = Counter(), [], []
-    chosen = rules.judged(groups, run.step)
     for g, group in enumerate(groups):
-        if not eligible(group, cfg.min_success, cfg.max_success):
+        if not eligible(group, cfg.min_success, cfg.max_success):               # a mixed group
             continue
         st["eligible"] += 1
-        if chosen is not None and g not in chosen:
-            st["unjudged"] += 1
-            continue
         sid = shortest_success(group)                                          # 1. τ*
-        jr, sid = rules.propose(run.judge, group, sid, st)                      # 2. propose
-        agent.counter["tokens/judge"] += jr.completion_tokens
-        agent.counter["tokens/judge_prompt"] += jr.prompt_tokens
-        st["proposals"] += 1
+        jr = judge.propose(group, sid)                                         # 2. propose (ℓ, r)
+        count_proposal(run, st, jr)
         if jr.proposal is None:
-            st["dropped"] += 1
-            st[f"dropped/{jr.reason_key or jr.reason}"] += 1
-            report.append(segment_report(run.step, group, sid, jr, None, False))
-            record(run, g, group, sid, jr, None, False)
+            report.append(segment_report(run.step, group, sid, jr))
+            record(run, g, group, sid, jr)
             continue
-        st["repaired" if jr.status == "repaired" else "valid"] += 1
         p = jr.proposal
-        seed = hash((cfg.seed, run.step, group[sid].group_id)) & 0x7FFFFFFF    # 3. verify: K + K continuations
-        v = rules.verify(estimate, agent, run.envs(2 * cfg.verify_k), group[sid], p, seed)
+        v = estimate(run.agent, run.envs(2 * cfg.verify_k), group[sid], p.start_turn, p.end_turn,   # 3. verify:
+                     cfg.verify_k, cfg.temperature, seed=verify_seed(run, group[sid]))           # K + K runs
         deltas.append(v.delta)
-        st["seg_turns"] += p.end_turn - p.start_turn + 1
-        applied, bonus = rules.decide(v)                                        # 4. credit
+        applied, bonus = v.delta > cfg.margin, cfg.lam * v.delta                 # 4. credit
         run.proposals.append((g, sid, p.start_turn, p.end_turn, v.delta, applied))
-        targets = rules.targets(group, sid, p, adv[g], applied, st)
         if applied:
             st["credited"] += 1
-            for j, t in targets:
-                adv[g][j][t] += bonus
-        extra = rules.after(run, g, group, sid, p, v, applied, bonus, adv, st, seed)
-        report.append(segment_report(run.step, group, sid, jr, v, applied, extra))
-        record(run, g, group, sid, jr, v, applied, extra)
+            for t in range(p.start_turn, p.end_turn + 1):
+                adv[g][sid][t] += bonus
+        report.append(segment_report(run.step, group, sid, jr, v, applied, bonus))
+        record(run, g, group, sid, jr, v, applied, bonus)
+    return finish(run, st, deltas, report)
+
+
+# ---------------------------------------------------------------------------------------------
+# The pieces `credit` and methods/prover_options.py share: the batch's judge, the counts, the
+# verification seed, the metrics, segments.md and the records
+# ---------------------------------------------------------------------------------------------
+class BatchJudge:
+    """The run's judge for one batch. An endpoint that refused a connection (after its own retries
+    and backoff) is down: asking again for each remaining group would add its backoff each, so
+    they are dropped unasked (the drop says so); the next update asks again."""
+
+    def __init__(self, judge):
+        self.judge, self.refused = judge, None
+
+    def propose(self, group, sid: int, **kw):
+        if self.refused is not None:
+            return self.refused.skipped()
+        jr = self.judge.propose(group, sid, **kw)
+        if jr.reason_key == "connection error":
+            self.refused = jr
+        return jr
+
+
+def count_proposal(run, st: Counter, jr) -> None:
+    """The judge's tokens and the proposal's fate (valid, repaired, or dropped with its reason)."""
+    run.agent.counter["tokens/judge"] += jr.completion_tokens
+    run.agent.counter["tokens/judge_prompt"] += jr.prompt_tokens
+    st["proposals"] += 1
+    if jr.proposal is None:
+        st["dropped"] += 1
+        st[f"dropped/{jr.reason_key or jr.reason}"] += 1
+    else:
+        st["repaired" if jr.status == "repaired" else "valid"] += 1
+        st["seg_turns"] += jr.proposal.end_turn - jr.proposal.start_turn + 1
+
+
+def verify_seed(run, traj) -> int:
+    """The continuations' seed: per (run seed, update, group) — ints only (str hashes vary per process)."""
+    return hash((run.cfg.seed, run.step, traj.group_id)) & 0x7FFFFFFF
+
+
+def finish(run, st: Counter, deltas: list[float], report: list[str], extra: dict | None = None) -> dict:
+    """Appends the batch's entries to segments.md; returns the update's prover/* metrics."""
     if report:
         rundir.append_segments(run.out, SEGMENTS_HEADER, [r + "\n" for r in report])
-    return summary(st, deltas, rules.metrics())
-
-
-def summary(st: Counter, deltas: list[float], extra: dict) -> dict:
-    """The update's prover/* metrics from the step counts and the Δ̂s."""
     out = {f"prover/{k}": v for k, v in st.items() if k != "seg_turns"}
     for k in ("eligible", "proposals", "valid", "repaired", "dropped", "credited"):
         out[f"prover/{k}"] = st[k]
@@ -145,15 +129,15 @@ def summary(st: Counter, deltas: list[float], extra: dict) -> dict:
         out["prover/delta_mean"] = sum(deltas) / len(deltas)
         out["prover/accept_rate"] = sum(d > 0 for d in deltas) / len(deltas)
         out["prover/seg_len_mean"] = st["seg_turns"] / (st["valid"] + st["repaired"])
-    out.update(extra)
+    out.update(extra or {})
     return out
 
 
-def record(run, g, group, sid, jr, v, applied, opt: dict | None = None) -> None:
+def record(run, g, group, sid, jr, v=None, applied=False, bonus=0.0, extra: dict | None = None) -> None:
     """What the credit step saw and did for group g, for records.jsonl (infra/records.py bounds
     it): the judged success, the proposal or the drop reason, the judge's tool calls and repairs,
-    and once verified Δ̂ ± SE with the K pre / K post continuation outcomes; `opt`: what the
-    options beyond the paper did (methods/prover_options.py)."""
+    and once verified Δ̂ ± SE with the K pre / K post continuation outcomes and the bonus added;
+    `extra`: what the options beyond the paper did (methods/prover_options.py)."""
     recs = getattr(run, "records", None)
     if recs is None:                  # a caller's own Run without the list: nothing to record
         return
@@ -164,16 +148,18 @@ def record(run, g, group, sid, jr, v, applied, opt: dict | None = None) -> None:
         r.update(start=p.start_turn, end=p.end_turn, failure_mode=p.failure_mode, rationale=p.rationale)
     if v is not None:
         r.update(delta=v.delta, se=v.se, sr_pre=v.sr_pre, sr_post=v.sr_post, k=v.k, pre=list(v.pre),
-                 post=list(v.post), applied=applied)
+                 post=list(v.post), applied=applied, bonus=bonus if applied else 0.0, test="positive",
+                 paired=v.paired, se_unpaired=v.se_unpaired, rounds=v.rounds)
     if getattr(jr, "success_note", None):
         r["choice"] = jr.success_note
-    if opt is not None and v is not None:
-        r.update(opt["record"])
+    if extra is not None and v is not None:
+        r.update(extra)
     recs.append(r)
 
 
-def segment_report(step, group, sid, jr, v, applied, opt: dict | None = None) -> str:
-    """One segments.md entry: the group, the judged success, the segment verbatim and the verdict."""
+def segment_report(step, group, sid, jr, v=None, applied=False, bonus=0.0, verdict: str | None = None) -> str:
+    """One segments.md entry: the group, the judged success, the segment verbatim and the verdict
+    (the bonus added); `verdict`: the options' own lines instead of the paper's."""
     tr = group[sid]
     n_succ = int(sum(t.success for t in group))
     head = (f"## step {step} · group {tr.group_id} · task {tr.task} ({tr.task_type}) · "
@@ -190,9 +176,8 @@ def segment_report(step, group, sid, jr, v, applied, opt: dict | None = None) ->
     for t in range(p.start_turn, p.end_turn + 1):
         tn = tr.turns[t]
         lines.append(f"- turn {t}: `{tn.action}` → {tn.next_obs[:300]}\n")
-    if opt is None:
-        verdict = f"credit +{v.delta:.3f} applied" if applied else "no credit (Δ̂ ≤ margin)"
-        lines.append(f"\nΔ̂ = {v.delta:+.3f} ± {v.se:.3f} (K={v.k}; SR pre {v.sr_pre:.3f} → post {v.sr_post:.3f}) → {verdict}\n")
-    else:
-        lines.append(opt["report"])
+    if verdict is None:
+        said = f"credit +{bonus:.3f} applied" if applied else "no credit (Δ̂ ≤ margin)"     # bonus = λ·Δ̂
+        verdict = f"\nΔ̂ = {v.delta:+.3f} ± {v.se:.3f} (K={v.k}; SR pre {v.sr_pre:.3f} → post {v.sr_post:.3f}) → {said}\n"
+    lines.append(verdict)
     return "".join(lines)

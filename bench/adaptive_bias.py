@@ -9,7 +9,7 @@ it is offered and otherwise walks to the door, so the segment "take key" has the
 
     A_seg = V(after) − V(before) = p_key − (q·p_key + (1 − q)·p_nokey) = (1 − q)(p_key − p_nokey)
 
-(the step limit never binds here). For each (q, CRN) this calls verify.estimate `--n` times with
+(the step limit never binds here). For each (q, CRN) this calls verify_options.estimate `--n` times with
 independent seeds and reports the mean Δ̂, its Monte Carlo SE, the bias against A_seg in SEs and
 the continuations spent per side, for four estimators:
 
@@ -39,13 +39,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import envs  # noqa: E402
-import verify  # noqa: E402
+from methods import verify_options  # noqa: E402
 from infra import warmstart  # noqa: E402
 from infra.policy import Sample  # noqa: E402
 from rollout import Agent, rollout_groups  # noqa: E402
 
 P_KEY, P_NOKEY = 0.9, 0.1
-ESTIMATORS = {            # name: verify.estimate keyword arguments
+ESTIMATORS = {            # name: verify_options.estimate keyword arguments
     "fixed-2": dict(K=2),
     "fixed-16": dict(K=16),
     "pooled": dict(K=2, k_max=16, fresh=False),
@@ -101,8 +101,8 @@ def measure(q: float, crn: bool, name: str, n: int) -> dict:
     kw = ESTIMATORS[name]
     deltas, spent = [], []
     for s in range(n):
-        v = verify.estimate(agent, pool, tr, turn, turn, kw["K"], 1.0, seed=1000 + s, crn=crn,
-                            k_max=kw.get("k_max", 0), z=1.0, fresh=kw.get("fresh", False))
+        v = verify_options.estimate(agent, pool, tr, turn, turn, kw["K"], 1.0, seed=1000 + s, crn=crn,
+                                    k_max=kw.get("k_max", 0), z=1.0, fresh=kw.get("fresh", False))
         deltas.append(v.delta)
         spent.append(v.k + v.k_stop)              # fresh also spent the stopping rounds' k_stop
     m = sum(deltas) / n

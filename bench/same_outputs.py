@@ -1,13 +1,14 @@
-"""bench/same_outputs.py — do three short fixed-seed runs give byte-identical outputs?
+"""bench/same_outputs.py — do short fixed-seed runs give byte-identical outputs?
 
     python bench/same_outputs.py record results/same_outputs/before   # before a refactor
     python bench/same_outputs.py record /tmp/after                    # after it
+    python bench/same_outputs.py record /tmp/after keydoor-prover-crn # only the runs named
     python bench/same_outputs.py compare results/same_outputs/before /tmp/after
 
-A refactor that moves code must not change what a run computes. The three runs below cover the
-paper's method on ALFWorld, the options beyond the paper on the credit lab, and a baseline on
-WebShop; each builds its own warm start in a fresh cache folder (so the warm-start code is
-exercised too) and runs 2 updates with one process (`--workers 1`). `compare` checks, per run,
+A refactor that moves code must not change what a run computes. The runs below cover the
+paper's method on ALFWorld and with λ = 3 on the credit lab, every option beyond the paper on the
+credit lab (prover-plus included), and a baseline on WebShop; each builds its own warm start in a
+fresh cache folder (so the warm-start code is exercised too) and runs 2 updates with one process (`--workers 1`). `compare` checks, per run,
 that metrics.jsonl (keys in order; the time/* keys left out: wall-clock times differ), records.jsonl and
 segments.md are identical, and that the final checkpoint's weights are bitwise equal (a hash
 of every tensor's bytes). Bit-identity holds on one machine: another CPU's BLAS kernels may
@@ -32,6 +33,17 @@ RUNS = {
     "keydoor-prover-plus": ["--env", "keydoor", "--method", "prover-plus", "--negative-credit",
                             "--credit-scope", "matched", "--verify-k", "2"],
     "webshop-gigpo": ["--env", "webshop", "--method", "gigpo"],
+    # the paper's path with λ = 3 (the bonus λ·Δ̂ differs from Δ̂), and every ProVer option at least once
+    "keydoor-prover-lam3": ["--env", "keydoor", "--method", "prover", "--lam", "3", "--verify-k", "2"],
+    "keydoor-prover-crn": ["--env", "keydoor", "--method", "prover", "--judge", "random", "--credit-test", "shrink",
+                           "--focus", "0.5", "--verify-crn", "--verify-k-max", "6", "--verify-k", "2",
+                           "--judge-max", "2", "--lam", "2", "--max-success", "7"],
+    "keydoor-prover-pooled": ["--env", "keydoor", "--method", "prover", "--credit-test", "se", "--verify-k-max", "4",
+                              "--verify-k", "2", "--verify-estimate", "pooled", "--negative-credit",
+                              "--judge-success", "judge", "--max-success", "7"],
+    "keydoor-prover-trust": ["--env", "keydoor", "--method", "prover", "--trust-judge", "0.5", "--credit-scope",
+                             "matched", "--margin", "0.1", "--credit-test", "shrink", "--focus", "0.5", "--lam", "2",
+                             "--verify-k", "2"],
 }
 FILES = ("metrics.jsonl", "records.jsonl", "segments.md")
 
@@ -49,9 +61,10 @@ def weights_hash(run_dir: str) -> str:
     return h.hexdigest()
 
 
-def record(out: str) -> None:
+def record(out: str, names: list[str]) -> None:
     os.makedirs(out, exist_ok=True)
-    for name, args in RUNS.items():
+    for name in names or RUNS:
+        args = RUNS[name]
         run_dir = os.path.join(out, name)
         cache = tempfile.mkdtemp(prefix="same-outputs-cache-")
         cmd = [sys.executable, os.path.join(ROOT, "train.py"), *args, *SMALL, "--out", run_dir, "--cache-dir", cache]
@@ -93,14 +106,18 @@ def compare(a: str, b: str, ignore: tuple = ()) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("record").add_argument("out")
+    r = sub.add_parser("record")
+    r.add_argument("out")
+    r.add_argument("names", nargs="*", help="runs to record (default: all): " + ", ".join(RUNS))
     c = sub.add_parser("compare")
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("--ignore", nargs="*", default=[], help="metric keys a deliberate change moved (named in the log)")
     args = ap.parse_args()
     if args.cmd == "record":
-        record(args.out)
+        if set(args.names) - set(RUNS):
+            ap.error(f"unknown run(s) {sorted(set(args.names) - set(RUNS))}: choose from {', '.join(RUNS)}")
+        record(args.out, args.names)
     else:
         raise SystemExit(compare(args.a, args.b, tuple(args.ignore)))
 

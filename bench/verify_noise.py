@@ -13,7 +13,7 @@ trajectory, so the reader sees both ways a noisy threshold goes wrong:
 
 Setting (bench/adaptive_bias.py's): keydoor with 3 rooms, no distractors, p_key = 0.9, p_nokey = 0.1;
 a scripted policy takes the key with probability q when offered. Per (segment, K, CRN) it calls
-verify.estimate `--n` times with independent seeds and reports
+verify_options.estimate `--n` times with independent seeds and reports
 
     mean Δ̂, SD(Δ̂) over the estimates, and the SD that independent sides predict,
         SD_ind = sqrt(V_post(1 − V_post)/K + V_pre(1 − V_pre)/K)          (binary outcomes)
@@ -21,7 +21,7 @@ verify.estimate `--n` times with independent seeds and reports
               share it is credited at all, for the neutral one the share of false credit
 
 Under --verify-crn continuation k of both sides shares its sampling seeds and the door's draw
-(verify.py), so Var(Δ̂) = (σ²_post + σ²_pre − 2 Cov)/K: the neutral segment's two sides then agree
+(methods/verify_options.py), so Var(Δ̂) = (σ²_post + σ²_pre − 2 Cov)/K: the neutral segment's two sides then agree
 on every continuation. Scripted policy, no model: seconds. Leaves out: the judge (the segments are
 given) and a learned policy's own sampling noise. Writes NAME.{md,csv} under --out (default
 results/verify_noise/verify_noise).
@@ -40,7 +40,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 import adaptive_bias  # noqa: E402  (the scripted setting and its analytic values)
-import verify  # noqa: E402
+from methods import verify_options  # noqa: E402
 
 SEGMENTS = ("pivotal", "neutral")
 
@@ -57,7 +57,7 @@ def measure(q: float, segment: str, K: int, crn: bool, n: int, setting=None) -> 
     turn = key_turn if segment == "pivotal" else key_turn + 1
     if turn >= len(tr.turns) - 1:
         raise RuntimeError("verify_noise: the trajectory is too short for the neutral segment")
-    deltas = [verify.estimate(agent, pool, tr, turn, turn, K, 1.0, seed=5000 + s, crn=crn).delta for s in range(n)]
+    deltas = [verify_options.estimate(agent, pool, tr, turn, turn, K, 1.0, seed=5000 + s, crn=crn).delta for s in range(n)]
     v_pre, v_post = analytic(q)[segment]
     m = sum(deltas) / n
     sd = math.sqrt(sum((d - m) ** 2 for d in deltas) / (n - 1))

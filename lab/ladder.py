@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import grpo
 from lab import oracle
-from methods import prover_options
+from methods import credit_fn, prover_options
 import verify
 
 def make_oracle(run) -> oracle.Oracle:
@@ -103,7 +103,7 @@ def exact_estimator(orc: oracle.Oracle):
 def prover_exact(groups, adv, run, plus: bool = False) -> dict:
     """ProVer's judge, segment, scope and credit rule, with the exact ΔV instead of Δ̂."""
     orc = make_oracle(run)
-    fn = prover_options.plus_credit if plus else prover_options.prover_credit
+    fn = prover_options.plus_credit if plus else credit_fn("prover")      # as --method prover/prover-plus run it
     out = fn(groups, adv, run, estimate=exact_estimator(orc))
     out.update({k: v for k, v in _stats(orc, []).items() if k != "oracle/bound_max"})
     return out

@@ -9,7 +9,7 @@ README's method table all read it. A credit function is named as "module:functio
 when a run starts, so `train.py --help` needs no torch.
 
     grpo          GRPO alone (the credit step adds nothing)
-    prover        prover.py (with methods/prover_options.py when an option flag is set)
+    prover        prover.py: the paper (methods/prover_options.py when a flag beyond the paper is set)
     prover-plus   methods/prover_options.py
     grpo-matched  methods/grpo_matched.py        gigpo         methods/gigpo.py
     spo-chain     methods/spo.py                 spo-tree      methods/spo.py
@@ -33,13 +33,16 @@ class Method:
     prefix: str = ""          # the namespace of its own metrics in metrics.jsonl (report.html's columns)
     credit_kind: str = ""     # the lab's credit precision: "added" (A − A^GRPO is the credit) |
                               # "final" (A itself: the method replaces GRPO) | "" (no per-turn credit)
+    options: str = ""         # "module:function" run instead of `credit` when a flag beyond the paper
+                              # is set (prover: methods/prover_options.py's `beyond_paper`)
 
 
 PROVER_SEGMENTS = "prover:SEGMENTS_HEADER"
 METHODS: dict[str, Method] = {
-    "prover": Method("methods.prover_options:prover_credit",
+    "prover": Method("prover:credit",
                      "GRPO + λ·Δ̂ on a judge-proposed, verified segment (the paper; option flags in methods/prover_options.py)",
-                     judge="judge", segments=PROVER_SEGMENTS, credit_kind="added", prefix="prover/"),
+                     judge="judge", segments=PROVER_SEGMENTS, credit_kind="added", prefix="prover/",
+                     options="methods.prover_options:credit"),
     "prover-plus": Method("methods.prover_options:plus_credit",
                           "ProVer beyond the paper: every mixed group eligible, the judge names the success, the bonus "
                           "goes to every rollout that took the segment's actions from the same prompt-visible states",
@@ -74,9 +77,16 @@ def _load(ref: str):
 
 
 def credit_fn(name: str) -> Callable:
-    """The method's credit function, imported now."""
-    ref = METHODS[name].credit
-    return _load(ref) if ref else (lambda groups, adv, run: {})
+    """The method's credit function, imported now; for a method with `options`, a function that
+    runs `options` instead of `credit` when the run's config sets a flag beyond the paper."""
+    m = METHODS[name]
+    if not m.credit:
+        return lambda groups, adv, run: {}
+    if not m.options:
+        return _load(m.credit)
+    paper, options = _load(m.credit), _load(m.options)
+    from methods.prover_options import beyond_paper
+    return lambda groups, adv, run, **kw: (options if beyond_paper(run.cfg) else paper)(groups, adv, run, **kw)
 
 
 def segments_header(name: str) -> str | None:

@@ -163,8 +163,8 @@ def test_fuzz_judge_and_critic_parsers():
         want = {"failure_mode": "m", "start_turn": s, "end_turn": s, "rationale": "r"}
         text = mild_noise(rng, 40) + "\n" + json.dumps(want) + "\n" + tail_noise(rng, 40)
         _check_reply(text, tools, run_tools=False)
-        assert judge.parse_proposal(text) == want, text
-        prop, err = judge.validate_proposal(judge.parse_proposal(text), GROUP, 1)
+        assert judge.find_proposal(text)[0] == want, text
+        prop, err = judge.validate_proposal(judge.find_proposal(text)[0], GROUP, 1)
         assert prop is not None and (prop.start_turn, prop.end_turn) == (s, s), err
     for _ in range(500):                      # a tool call after noise
         call = {"name": "get_segment", "arguments": {"traj_id": 0, "start_turn": 0, "end_turn": 1}}

@@ -145,11 +145,11 @@ def test_turn_error_kinds():
 
 
 def test_json_inside_prose_and_fences():
-    assert judge.parse_proposal('Sure! {"failure_mode": "x", "start_turn": 1, "end_turn": 2} ok') \
+    assert judge.find_proposal('Sure! {"failure_mode": "x", "start_turn": 1, "end_turn": 2} ok')[0] \
         == {"failure_mode": "x", "start_turn": 1, "end_turn": 2}
     fenced = 'I think\n```json\n{"failure_mode": "y", "start_turn": 0, "end_turn": 0}\n```'
-    assert judge.parse_proposal(fenced)["failure_mode"] == "y"
-    assert judge.parse_proposal('<think>{"start_turn": 9}</think>no json here') is None
+    assert judge.find_proposal(fenced)[0]["failure_mode"] == "y"
+    assert judge.find_proposal('<think>{"start_turn": 9}</think>no json here')[0] is None
     calls = jsonscan.parse_text_tool_calls(
         '<tool_call>{"name": "get_segment", "arguments": {"traj_id": 0, "start_turn": 1, '
         '"end_turn": 1}}</tool_call>')
@@ -555,7 +555,7 @@ def test_deep_nesting_is_rejected_not_raised():
     ok = "[" * 60 + "]" * 60                                   # below the limit: decoded
     assert jsonscan.json_values(ok) == [json.loads(ok)]
     # after the deep one, a normal answer is still found
-    assert judge.parse_proposal(DEEP + ' {"failure_mode": "m", "start_turn": 1, "end_turn": 1}') \
+    assert judge.find_proposal(DEEP + ' {"failure_mode": "m", "start_turn": 1, "end_turn": 1}')[0] \
         == {"failure_mode": "m", "start_turn": 1, "end_turn": 1}
 
 
@@ -612,7 +612,7 @@ def test_parsers_are_linear_on_hostile_text(text):
         try:
             t0 = time.monotonic()
             jsonscan.json_values(t)
-            judge.parse_proposal(t)
+            judge.find_proposal(t)
             jsonscan.parse_text_tool_calls(t)
             criticsearch.parse_labels(t, 4)
             return time.monotonic() - t0

@@ -122,15 +122,41 @@ def test_help_parses_without_torch(tmp_path):
 
 def test_readme_walk_names_functions_that_exist():
     """README's "Read the code" section: every `file.py` → `function` it names exists there."""
-    text = open(os.path.join(ROOT, "README.md")).read()
-    sec = text[text.index("## Read the code"):]
-    sec = sec[:sec.index("\n## ", 3)]
-    pairs = re.findall(r"`([\w/]+\.py)` → `(\w+)`", sec)
+    pairs = walk_pairs()
     assert len(pairs) >= 6, pairs
     for path, name in pairs:
         tree = ast.parse(open(os.path.join(ROOT, path)).read())
         defs = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
         assert name in defs, f"README names {path} → {name}, which {path} does not define"
+
+
+def walk_pairs():
+    """README's "Read the code" walk: the (file.py, name) pairs it names, in order."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    sec = text[text.index("## Read the code"):]
+    return re.findall(r"`([\w/]+\.py)` → `(\w+)`", sec[:sec.index("\n## ", 3)])
+
+
+def test_the_walk_names_the_credit_that_runs_for_method_prover(monkeypatch):
+    """The registry's `prover` entry is the walk's credit step, and it is what `--method prover`
+    runs without an option flag; with one, methods/prover_options.py runs (left to a second read:
+    the walk names nothing in methods/ but the registry's `credit_fn`)."""
+    import config
+    import methods
+    import prover
+    from methods import prover_options
+    from train import Run
+    pairs = walk_pairs()
+    module, name = methods.METHODS["prover"].credit.split(":")
+    assert (module.replace(".", "/") + ".py", name) in pairs, (module, name, pairs)
+    assert [p for p in pairs if p[0].startswith("methods/")] == [("methods/__init__.py", "credit_fn")]
+    ran = []
+    for mod in (prover, prover_options):      # the real functions, each noting that it ran
+        monkeypatch.setattr(mod, "credit", lambda *a, _real=mod.credit, _name=mod.__name__, **kw:
+                            ran.append(_name) or _real(*a, **kw))
+    for cfg in (config.Config(), config.Config(focus=0.5), config.Config(judge_max=2)):
+        methods.credit_fn("prover")([], [], Run(cfg, None, None, {}, [], None, "", step=1))
+    assert ran == ["prover", "methods.prover_options", "methods.prover_options"]
 
 
 def test_method_table_in_readme_is_the_registry():

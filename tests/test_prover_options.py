@@ -1,4 +1,4 @@
-"""ProVer's options beyond the paper (prover.py / verify.py / judge.py), each against values worked out by hand.
+"""ProVer's options beyond the paper (methods/prover_options.py, methods/verify_options.py, judge.py), each against values worked out by hand.
 
     python -m pytest -q tests/test_prover_options.py
 
@@ -22,7 +22,7 @@ import pytest
 import methods  # noqa: E402
 from infra import chat  # noqa: E402
 import tools as tool_defs  # noqa: E402  (what the judge sees)
-from methods import prover_options  # noqa: E402
+from methods import prover_options, verify_options  # noqa: E402
 import config
 import envs
 import grpo
@@ -92,19 +92,20 @@ class FixedJudge:
 
 
 class Outcomes:
-    """Stand-in for verify.estimate / verify.alternatives: fixed continuation outcomes, combined
-    by verify.compare (the real formulas); records the options each call got."""
+    """Stand-in for the verifier (the credit functions' `estimate`) and verify_options.alternatives:
+    fixed continuation outcomes, combined by verify_options.compare (the real formulas); records the
+    options each call got."""
 
     def __init__(self, pre, post, alts=None):
         self.pre, self.post, self.alts, self.calls = pre, post, alts or {}, []
 
     def estimate(self, agent, envs_, traj_, start, end, K, temperature, seed, crn=False, k_max=0, z=1.0, fresh=False):
         self.calls.append(dict(K=K, crn=crn, k_max=k_max, z=z, seed=seed))
-        return verify.compare(self.pre, self.post, paired=crn)
+        return verify_options.compare(self.pre, self.post, paired=crn)
 
     def alternatives(self, agent, envs_, base, states, temperature, seed):
         # which alternative a state belongs to: the action its history ends with
-        return [verify.compare(base.pre, self.alts[s.history[-1][1]], paired=base.paired) for s in states]
+        return [verify_options.compare(base.pre, self.alts[s.history[-1][1]], paired=base.paired) for s in states]
 
 
 def make_run(tmp_path, cfg, jd, history_len=1):
@@ -114,14 +115,14 @@ def make_run(tmp_path, cfg, jd, history_len=1):
 
 
 def run_credit(tmp_path, monkeypatch, out, jd=None, history_len=1, group=None, plus=False, **flags):
-    monkeypatch.setattr(verify, "estimate", out.estimate)
-    monkeypatch.setattr(verify, "alternatives", out.alternatives)
+    """The credit of --method prover (or prover-plus) as train.py runs it, with `out` verifying."""
+    monkeypatch.setattr(verify_options, "alternatives", out.alternatives)
     groups = [group or hand_group()]
     cfg = config.Config(env="keydoor", verify_k=len(out.pre), **flags)
     adv = grpo.trajectory_advantages(groups)
     base = [[list(t) for t in g] for g in adv]
     run = make_run(tmp_path, cfg, jd or FixedJudge(), history_len)
-    st = prover_options.plus_credit(groups, adv, run) if plus else prover_options.prover_credit(groups, adv, run)
+    st = methods.credit_fn("prover-plus" if plus else "prover")(groups, adv, run, estimate=out.estimate)
     return groups, base, adv, st, run
 
 
@@ -149,7 +150,8 @@ def test_default_flags_give_exactly_the_papers_credit(tmp_path, monkeypatch):
     assert diff(base, adv) == {(0, 1): 0.25}                            # A += λ·Δ̂ on turns ℓ..r of τ* only
     assert set(st) == PAPER_KEYS and st["prover/credited"] == 1 and st["prover/delta_mean"] == 0.25
     rec = run.records[0]
-    assert not {"bonus", "matched", "neg", "choice", "paired"} & set(rec)
+    assert rec["bonus"] == 0.25 and rec["test"] == "positive" and not rec["paired"] and rec["rounds"] == 1
+    assert not {"matched", "neg", "choice"} & set(rec)
     text = (tmp_path / "segments.md").read_text()
     se = math.sqrt((1 / 3) / 4 + 0.25 / 4)                             # sqrt(s²_post/K + s²_pre/K)
     assert f"Δ̂ = +0.250 ± {se:.3f} (K=4; SR pre 0.500 → post 0.750) → credit +0.250 applied" in text
@@ -174,7 +176,6 @@ def test_judge_max_judges_a_seeded_draw_of_the_eligible_groups(tmp_path, monkeyp
     """--judge-max 2 over five eligible groups (and one all-failure group, never eligible): two are
     judged and verified, three counted unjudged; the draw is fixed by (seed, update) and a resumed
     run draws the same; over many updates every eligible group is drawn about equally often."""
-    monkeypatch.setattr(verify, "estimate", Outcomes(PRE, POST).estimate)
     groups = [hand_group() for _ in range(5)] + [[traj(0, ["go east", "go east", "open door"], False)] * 3]
     for g, group in enumerate(groups):
         for tr in group:
@@ -184,19 +185,43 @@ def test_judge_max_judges_a_seeded_draw_of_the_eligible_groups(tmp_path, monkeyp
     run = make_run(tmp_path, cfg, jd)
     adv = grpo.trajectory_advantages(groups)
     base = [[list(t) for t in g] for g in adv]
-    st = prover_options.prover_credit(groups, adv, run)
+    st = methods.credit_fn("prover")(groups, adv, run, estimate=Outcomes(PRE, POST).estimate)
     assert (st["prover/eligible"], st["prover/proposals"], st["prover/unjudged"], st["prover/credited"]) == (5, 2, 3, 2)
-    chosen = prover_options.judged_groups(groups, cfg, run.step)
+    todo = [0, 1, 2, 3, 4]                                                  # the eligible groups
+    chosen = prover_options.judged_groups(todo, cfg, run.step)
     assert len(chosen) == 2 and chosen <= set(range(5))
     assert {g for g in range(6) if adv[g] != base[g]} == chosen            # only the judged groups change
-    assert prover_options.judged_groups(groups, cfg, run.step) == chosen           # same (seed, update): same draw
-    counts = Counter(g for step in range(500) for g in prover_options.judged_groups(groups, cfg, step))
+    assert prover_options.judged_groups(todo, cfg, run.step) == chosen           # same (seed, update): same draw
+    counts = Counter(g for step in range(500) for g in prover_options.judged_groups(todo, cfg, step))
     assert set(counts) == set(range(5)) and all(150 < c < 250 for c in counts.values())   # 2/5 of 500 each
     # 0 (the default) and a budget at least the eligible count judge every eligible group
     for k in (0, 5, 9):
-        assert prover_options.judged_groups(groups, config.Config(judge_max=k), 1) == set(range(5))
+        assert prover_options.judged_groups(todo, config.Config(judge_max=k), 1) == set(range(5))
     with pytest.raises(ValueError, match="--judge-max -1"):
         config.validate(config.Config(judge_max=-1))
+
+
+class RefusingJudge(FixedJudge):
+    """An endpoint that refuses every connection (after its client's own retries)."""
+
+    def propose(self, group, success_id, choose_success=False):
+        self.calls.append((success_id, choose_success))
+        return JudgeResult(None, "dropped", "connection error: ConnectionRefusedError", 0, 0, 7, 0)
+
+
+@pytest.mark.parametrize("flags", [{}, {"judge_success": "judge"}])
+def test_a_refused_endpoint_is_asked_once_per_update(tmp_path, monkeypatch, flags):
+    """The paper's path and the options' alike: after a refused connection the update's other
+    groups are dropped unasked (each ask would add the client's backoff), and the drop says so."""
+    groups = [hand_group() for _ in range(3)]
+    jd = RefusingJudge()
+    run = make_run(tmp_path, config.Config(env="keydoor", verify_k=4, **flags), jd)
+    adv = grpo.trajectory_advantages(groups)
+    st = methods.credit_fn("prover")(groups, adv, run, estimate=Outcomes(PRE, POST).estimate)
+    assert len(jd.calls) == 1 and st["prover/proposals"] == 3 and st["prover/dropped/connection error"] == 3
+    assert run.agent.counter["tokens/judge_prompt"] == 7                 # the unasked groups cost nothing
+    text = (tmp_path / "segments.md").read_text()
+    assert text.count("skipped, the endpoint refused a connection earlier in this update") == 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,27 +545,23 @@ class WastefulPolicy(KnownPolicy):
                 for o, r, k in zip(out, row_seeds, offered)]
 
 
-def test_crn_aligned_by_absolute_step_pairs_more_than_by_turn(kd):
+def test_crn_is_aligned_by_the_episodes_absolute_step(kd):
     """CRN's sampling seeds follow the episode's absolute step. With q = 1 the pre side takes the key
-    again and is in the post side's state one step later: aligned by step it draws the same numbers
-    from there, so every future is identical (d_k = 0, paired variance 0); aligned by turns since
-    its start (the first version) it is one draw off and the wasted steps differ (variance > 0,
-    with the step limit binding)."""
+    again and is in the post side's state one step later: from there it draws the post side's
+    numbers, so every future is identical (d_k = 0, paired variance 0) although the policy wastes
+    steps at random and the step limit binds."""
     spec, tok, _ = kd
     agent = Agent(WastefulPolicy(tok, 1.0, 0.3), tok, spec)
     p = [spec.make(split="train", seed=0, rooms=3, pivot=1, distractors=0, p_key=1.0, p_nokey=0.0, max_steps=6)
          for _ in range(64)]
     trs = key_trajs(agent, p, 8, seed=1)
-    var = {}
-    for align in ("turn", "step"):
-        ds = []
-        for i, tr in enumerate(trs[:4]):
-            k = pivot(tr)
-            v = verify.estimate(agent, p, tr, k, k, 32, 1.0, seed=50 + i, crn=True, crn_align=align)
-            ds += [b - a for a, b in zip(v.pre, v.post)]
-        var[align] = verify._var(ds)
-    assert var["step"] == 0.0 and var["turn"] > 0.02, var
-    print("CRN paired variance of d_k by alignment:", var)
+    ds, sr = [], []
+    for i, tr in enumerate(trs[:4]):
+        k = pivot(tr)
+        v = verify_options.estimate(agent, p, tr, k, k, 32, 1.0, seed=50 + i, crn=True)
+        ds += [b - a for a, b in zip(v.pre, v.post)]
+        sr.append(v.sr_post)
+    assert verify.variance(ds) == 0.0 and 0.0 < min(sr) and max(sr) < 1.0     # the wasted steps do vary
 
 
 def test_crn_pairs_identical_futures_exactly(kd):
@@ -551,7 +572,7 @@ def test_crn_pairs_identical_futures_exactly(kd):
     p = pool(0.5, 0.0)
     tr = key_trajs(agent, p, 4, seed=0)[0]
     k = pivot(tr)
-    crn = verify.estimate(agent, p, tr, k, k, 16, 1.0, seed=7, crn=True)
+    crn = verify_options.estimate(agent, p, tr, k, k, 16, 1.0, seed=7, crn=True)
     assert crn.pre == crn.post and crn.delta == 0.0 and crn.se == 0.0 and crn.paired
     assert 0.0 < crn.sr_pre < 1.0 and crn.se_unpaired > 0.0                 # the door is a coin flip
     ind = verify.estimate(agent, p, tr, k, k, 16, 1.0, seed=7)
@@ -569,12 +590,12 @@ def test_crn_coupling_and_paired_se(kd):
     for i in range(8):
         tr = trs[i % len(trs)]
         k = pivot(tr)
-        v = verify.estimate(agent, p, tr, k, k, 16, 1.0, seed=100 + i, crn=True)
+        v = verify_options.estimate(agent, p, tr, k, k, 16, 1.0, seed=100 + i, crn=True)
         d = [b - a for a, b in zip(v.pre, v.post)]
         assert min(d) >= 0.0
         assert v.delta == pytest.approx(sum(d) / 16)
-        assert v.se == pytest.approx(math.sqrt(verify._var(d) / 16))
-        assert v.se_unpaired == pytest.approx(math.sqrt(verify._var(v.pre) / 16 + verify._var(v.post) / 16))
+        assert v.se == pytest.approx(math.sqrt(verify.variance(d) / 16))
+        assert v.se_unpaired == pytest.approx(math.sqrt(verify.variance(v.pre) / 16 + verify.variance(v.post) / 16))
         ind = verify.estimate(agent, p, tr, k, k, 16, 1.0, seed=100 + i)
         minus_ind += sum(b - a < 0 for a, b in zip(ind.pre, ind.post))
     assert minus_ind > 0                                   # independent draws do produce d_k = −1
@@ -589,7 +610,7 @@ def test_adaptive_k_rounds_and_their_cost(kd):
 
     def cost(**kw):
         c0 = Counter(agent.counter)
-        v = verify.estimate(agent, p, tr, k, k, 4, 1.0, seed=11, **kw)
+        v = verify_options.estimate(agent, p, tr, k, k, 4, 1.0, seed=11, **kw)
         return v, agent.counter["tokens/verify"] - c0["tokens/verify"], agent.counter["env_steps/verify"] - c0["env_steps/verify"]
     one, tok1, steps1 = cost()
     # z = 0: any Δ̂ ≠ 0 is clear; the first round is exactly the default call, and it stops there
@@ -606,22 +627,22 @@ def test_adaptive_k_rounds_and_their_cost(kd):
     # does not stop early (stopping would reject a segment on zero information): all of K_max
     agent1 = Agent(KnownPolicy(tok, 1.0), tok, spec)
     tr1 = key_trajs(agent1, p, 4, seed=3)[0]
-    v1 = verify.estimate(agent1, p, tr1, pivot(tr1), pivot(tr1), 4, 1.0, seed=5, crn=True, k_max=12)
+    v1 = verify_options.estimate(agent1, p, tr1, pivot(tr1), pivot(tr1), 4, 1.0, seed=5, crn=True, k_max=12)
     assert (v1.k, v1.rounds, v1.delta, v1.se) == (12, 3, 0.0, 0.0)
-    # CRN, q = 0.5: the first round after which |Δ̂| clears z·SE strictly stops it (verify.clears),
+    # CRN, q = 0.5: the first round after which |Δ̂| clears z·SE strictly stops it (verify_options.clears),
     # and an early stop is always one the SE credit test then credits: the boundary Δ̂ = SE (one
     # d_k = 1 of a round of two: Δ̂ = SE = 0.5) goes on to the next round instead of stopping
     se_test = config.Config(credit_test="se", margin=0.0, credit_z=1.0)
     ks, boundary = [], 0
     for seed in range(20):
-        v = verify.estimate(agent, p, tr, k, k, 2, 1.0, seed=seed, crn=True, k_max=16)
+        v = verify_options.estimate(agent, p, tr, k, k, 2, 1.0, seed=seed, crn=True, k_max=16)
         d = [b - a for a, b in zip(v.pre, v.post)]
-        assert v.k == 2 * v.rounds and (v.k == 16 or verify.clears(abs(v.delta), v.se, 1.0))
+        assert v.k == 2 * v.rounds and (v.k == 16 or verify_options.clears(abs(v.delta), v.se, 1.0))
         if v.k < 16 and v.delta > 0:
             assert prover_options.credit_decision(v.delta, v.se, se_test)[0]
         for r in range(2, v.k, 2):                 # no earlier round had cleared
-            e = verify.compare(v.pre[:r], v.post[:r], paired=True)
-            assert not verify.clears(abs(e.delta), e.se, 1.0)
+            e = verify_options.compare(v.pre[:r], v.post[:r], paired=True)
+            assert not verify_options.clears(abs(e.delta), e.se, 1.0)
             boundary += e.delta != 0 and abs(e.delta) == pytest.approx(e.se)
         assert v.delta == pytest.approx(sum(d) / v.k)
         ks.append(v.k)
@@ -651,7 +672,7 @@ def test_negative_credit_end_to_end_on_keydoor(kd, tmp_path):
         base = [[list(t) for t in g] for g in adv]
         run = Run(cfg, agent, spec, {}, list(p), judge.make_judge("builtin"), str(tmp_path), step=1)
         c0 = agent.counter["tokens/verify"]
-        st = prover_options.prover_credit([grp], adv, run)
+        st = methods.credit_fn("prover")([grp], adv, run)
         return base, adv, st, run, agent.counter["tokens/verify"] - c0
     base0, adv0, st0, run0, tok_off = go()
     base, adv, st, run, tok_on = go(negative_credit=True)
@@ -719,16 +740,16 @@ def test_adaptive_k_pooled_estimate_is_biased_and_the_fresh_batch_is_not(kd):
     k = pivot(tr)
     for crn in (False, True):
         c0 = agent.counter["tokens/verify"]
-        a = verify.estimate(agent, p, tr, k, k, 2, 1.0, seed=7, crn=crn, k_max=16)
+        a = verify_options.estimate(agent, p, tr, k, k, 2, 1.0, seed=7, crn=crn, k_max=16)
         t_pooled = agent.counter["tokens/verify"] - c0
         c0 = agent.counter["tokens/verify"]
-        f = verify.estimate(agent, p, tr, k, k, 2, 1.0, seed=7, crn=crn, k_max=16, fresh=True)
+        f = verify_options.estimate(agent, p, tr, k, k, 2, 1.0, seed=7, crn=crn, k_max=16, fresh=True)
         t_fresh = agent.counter["tokens/verify"] - c0
         assert (f.k_stop, f.delta_stop, f.k) == (a.k, a.delta, a.k)     # same stopping rounds, then k more
         assert f.id0 == (a.k if crn else f.id0) and f.rounds == 2 * a.rounds and t_fresh > t_pooled
         assert f.delta == pytest.approx(sum(f.post) / f.k - sum(f.pre) / f.k)
         if crn:        # the fresh batch's ids k_stop … 2·k_stop − 1 are those its pre side used
-            d = verify._crn_outcomes(agent, p, [tr.turns[k].state], list(range(f.id0, f.id0 + f.k)), 1.0, 7)
+            d = verify_options.crn_outcomes(agent, p, [tr.turns[k].state], list(range(f.id0, f.id0 + f.k)), 1.0, 7)
             assert d == f.pre
 
 
@@ -775,7 +796,7 @@ def test_trust_judge_credits_the_judges_segment_without_continuations(kd, tmp_pa
     cfg = config.Config(env="keydoor", verify_k=8, trust_judge=0.25, lam=2.0)
     run = Run(cfg, agent, spec, {}, list(p), judge.make_judge("builtin"), str(tmp_path), step=1)
     before = agent.counter["tokens/verify"]
-    st = prover_options.prover_credit([grp], adv, run)
+    st = methods.credit_fn("prover")([grp], adv, run)
     assert st["prover/proposals"] == 1 and st["prover/credited"] == 1
     assert agent.counter["tokens/verify"] == before                 # no continuation was run
     r = run.records[0]

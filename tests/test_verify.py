@@ -189,3 +189,32 @@ def test_prover_credit_adds_delta_to_segment_only(setup, tmp_path):
     else:
         assert not changed and "no credit" in report
     assert "Δ̂ =" in report
+
+
+def test_lam_3_adds_and_reports_three_times_delta(setup, tmp_path):
+    """--method prover --lam 3 on real groups (the registry's credit function, the builtin judge,
+    real continuations): a credited segment's turns gain 3·Δ̂, and segments.md and the record print
+    that bonus, not Δ̂."""
+    import grpo
+    import methods
+    from train import Config, Run
+    spec, tok, agent, pool = setup
+    cfg = Config(env="keydoor", method="prover", verify_k=8, temperature=1.0, lam=3.0)
+    for task in range(100):
+        groups = rollout_groups(agent, pool, [task], 8, 1.0, seed=300 + task)
+        if not prover.eligible(groups[0], 1, 3):
+            continue
+        adv = grpo.trajectory_advantages(groups)
+        base = [[list(t) for t in g] for g in adv]
+        run = Run(cfg, agent, spec, {}, list(pool), judge.make_judge("builtin"), str(tmp_path), step=1)
+        if methods.credit_fn("prover")(groups, adv, run)["prover/credited"]:
+            break
+    else:
+        raise AssertionError("no credited group in 100 tasks")
+    r = run.records[0]
+    assert r["applied"] and r["delta"] > 0 and r["bonus"] == 3 * r["delta"]
+    changed = {(i, t): a - base[0][i][t] for i, tr in enumerate(adv[0]) for t, a in enumerate(tr) if a != base[0][i][t]}
+    assert changed.keys() == {(r["sid"], t) for t in range(r["start"], r["end"] + 1)}
+    assert all(math.isclose(d, 3 * r["delta"]) for d in changed.values())
+    last = (tmp_path / "segments.md").read_text().rsplit("## step", 1)[1]        # this group's entry
+    assert f"Δ̂ = {r['delta']:+.3f}" in last and f"→ credit +{3 * r['delta']:.3f} applied" in last
