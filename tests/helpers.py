@@ -200,3 +200,25 @@ def undocumented(keys) -> list[str]:
     pats = [re.compile("[^/]+".join(re.escape(p) for p in re.split(r"<[a-z_]+>", k)) + "$") for k in documented_keys()]
     lab = set(re.findall(r"`(lab/[a-z_]+)`", text))
     return [k for k in keys if k not in lab and not any(p.match(k) for p in pats)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The paper's model family, tiny
+# ---------------------------------------------------------------------------------------------
+def tiny_qwen3_5(tok, seed: int = 0, init_std: float = 0.02):
+    """A random `Qwen3_5ForCausalLM` for the tokenizer `tok`: the hybrid of the paper's Qwen3.5
+    models at toy size — layer 0 linear attention (a causal conv, then the gated delta rule),
+    layer 1 full attention (GQA, gated output) — 32 wide (~40k parameters with ALFWorld's
+    tokenizer). `init_std` > 0.02 gives peaked logits, so that a test of batch independence can see
+    a leak (at 0.2 a padding leak changes most samples)."""
+    import torch
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    torch.manual_seed(seed)
+    conf = Qwen3_5TextConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"], num_attention_heads=2, num_key_value_heads=1,
+        head_dim=16, linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=8,
+        linear_value_head_dim=8, linear_conv_kernel_dim=4, max_position_embeddings=4096,
+        tie_word_embeddings=True, initializer_range=init_std, pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), bos_token_id=None)
+    return Qwen3_5ForCausalLM(conf).eval()
