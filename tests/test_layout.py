@@ -73,7 +73,7 @@ def test_nothing_points_outside_the_project():
 # Files of other projects that comments name for where a rule comes from (upstream code)
 UPSTREAM = {"goal.py", "qa_em.py", "generation.py", "goal_library.py", "constants.py", "core_gigpo.py",
             "sampler.py", "retrieval_server.py"}
-# Stale references in modules other work is rewriting: (file, the name it cites)
+# Known stale references, each to be fixed in its file and then dropped here: (file, the name it cites)
 PENDING = {("config.py", "baselines.py"), ("verify.py", "prover.credit_decision")}
 
 
