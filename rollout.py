@@ -62,7 +62,7 @@ class Turn:
     state: AgentState | None = None   # restore handle: state *before* this turn
     # ground truth from the env (keydoor: "key" / "trap" when this turn took one, "nokey" when it
     # walked out of the pivot room leaving the key, else ""); read
-    # only by the credit-lab metrics (lab.py), never shown to the judge or the policy
+    # only by the credit-lab metrics (lab/metrics.py), never shown to the judge or the policy
     truth: str = ""
 
 

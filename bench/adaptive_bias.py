@@ -16,7 +16,7 @@ the continuations spent per side, for four estimators:
     fixed-2     one round of K = 2 per side (the paper's procedure at a small K)
     fixed-16    one round of K = 16
     pooled      adaptive K: rounds of 2 until |Δ̂| clears z·SE (z = 1) or 16 per side; Δ̂ over the
-                stopping rounds (`--verify-estimate pooled`, the first version)
+                stopping rounds (`--verify-estimate pooled`)
     fresh       the same stopping rounds choose k; Δ̂ from a second, independent batch of k per side
                 (`--verify-estimate fresh`, the default with --verify-k-max)
 

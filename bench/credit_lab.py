@@ -60,7 +60,7 @@ VARIANTS = {
     "prover-plus-lam3-neg": [*PP, "--lam", "3", "--negative-credit"],
     "prover-plus-lam3-focus0": [*PP, "--lam", "3", "--focus", "0"],
     "prover-plus-ak-se": [*PP, "--verify-crn", "--verify-k", "4", "--verify-k-max", "16", "--credit-test", "se"],
-    # the first, unmeasured prover-plus (matched scope, shrink test, CRN, focus 0.5), as it ran
+    # matched scope, shrink test, CRN and focus 0.5 together (a row of results/prover_plus/prover_plus.md)
     "prover-plus-v0": ["--method", "prover", "--credit-scope", "matched", "--credit-test", "shrink", "--verify-crn",
                        "--focus", "0.5"],
     "prover-plus-ak": ["--method", "prover-plus", "--verify-crn", "--verify-k", "4", "--verify-k-max", "16"],
@@ -69,7 +69,7 @@ VARIANTS = {
     "prover-plus-ak2": ["--method", "prover-plus", "--verify-crn", "--verify-k", "2", "--verify-k-max", "16"],
     "prover-plus-ak-z2": ["--method", "prover-plus", "--verify-crn", "--verify-k", "4", "--verify-k-max", "16",
                           "--credit-z", "2"],
-    # each of issue 22's options alone on top of the paper's ProVer (the "options alone" study;
+    # each option beyond the paper alone on top of the paper's ProVer (the "options alone" study;
     # --max-success 7 alone is prover-allmixed above)
     "prover-matched": ["--method", "prover", "--credit-scope", "matched"],
     "prover-se": ["--method", "prover", "--credit-test", "se"],
@@ -82,10 +82,10 @@ VARIANTS = {
     "grpo-lr3x": ["--method", "grpo", "--lr", "3e-4"],
     "grpo-matched-plus": ["--method", "grpo-matched", "--matched-extra", "1.6"],
 }
-# The adaptive-K arms above ran before --verify-estimate existed, i.e. with what is now
-# `--verify-estimate pooled` (Δ̂ over the stopping rounds: biased towards large |Δ̂|, verify.py);
-# they are pinned to it so that their names keep meaning what their committed rows measured. The
-# `-fresh` arms are the same with train.py's default, the unbiased second batch.
+# The adaptive-K arms above are pinned to `--verify-estimate pooled` (Δ̂ over the stopping rounds:
+# biased towards large |Δ̂|, verify.py), the estimator their committed rows measured, so that their
+# names keep meaning those rows. The `-fresh` arms are the same with train.py's default, the
+# unbiased second batch.
 for _name in [n for n, f in VARIANTS.items() if "--verify-k-max" in f]:
     VARIANTS[_name] = [*VARIANTS[_name], "--verify-estimate", "pooled"]
     VARIANTS[f"{_name}-fresh"] = [*VARIANTS[_name][:-1], "fresh"]

@@ -10,7 +10,8 @@ Each lab (LABS below) is one shell command that writes under runs/labs/ (git-ign
 read from what it wrote, and a "what we measured" text that quotes those figures and the committed
 study the lab is a small slice of (results/STUDY/*.md, *.csv). `run` executes the command exactly as
 LABS.md shows it (bash, from the repository root), records seconds, date, commit, the machine's load
-before it started and the figures in results/labs.json, then re-renders LABS.md. LABS.md carries
+before it started and the figures in results/labs.json, then re-renders LABS.md. The commit is
+recorded only when the tracked files are that commit's; a lab run on uncommitted code cites none. LABS.md carries
 two generated blocks per lab, the command and the measured text, between markers
 
     <!-- lab:KEY:command -->  …  <!-- /lab -->         <!-- lab:KEY:measured -->  …  <!-- /lab -->
@@ -400,10 +401,12 @@ def load_record() -> dict:
         return json.load(f)
 
 
-def commit() -> str:
-    """HEAD's short hash, '-dirty' when the tracked files differ from it (the lab then ran uncommitted code)."""
+def commit() -> str | None:
+    """HEAD's short hash when the tracked files are HEAD's; None when they differ (the lab ran code no
+    commit holds, so no commit is cited) or outside a git checkout."""
     r = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
-    return r.stdout.strip() or "unknown"
+    out = r.stdout.strip()
+    return out if r.returncode == 0 and out and not out.endswith("-dirty") else None
 
 
 def run_lab(lab: Lab, note: str = "") -> dict:
@@ -434,7 +437,8 @@ def measured_block(lab: Lab, rec: dict | None) -> str:
     # it is shown, not read as "something else was running"; the note says what else was
     where = (rec.get("note") or "no other job noted") + (f", load {rec['load_before']:.1f} at start"
                                                            if rec.get("load_before") is not None else "")
-    return (f"**We measured** ({rec['date']}, commit `{rec['commit']}`, {mins:.1f} min, {where}; "
+    at = f"commit `{rec['commit']}`, " if rec.get("commit") else ""
+    return (f"**We measured** ({rec['date']}, {at}{mins:.1f} min, {where}; "
             f"`results/labs.json`): {lab.text(rec['figures'])}")
 
 

@@ -284,7 +284,7 @@ LOGGERS = {"tensorboard": ("tensorboard", "pip install tensorboard"),
 
 def parse_loggers(spec: str) -> list[str]:
     """`--log` value → logger names; ValueError (one line) for an unknown name or a missing
-    package. Checked at start-up (train.validate): never a silent skip later."""
+    package. Checked at start-up (config.validate): never a silent skip later."""
     import importlib.util
     names = [s.strip() for s in (spec or "").split(",") if s.strip()]
     for n in names:                   # every name first: a typo is said before a missing package

@@ -361,6 +361,8 @@ def test_train_smoke(method, smoke_cache, tmp_path):
         assert r["env_steps/total"] >= r["env_steps/rollout"] > 0
         if r.get("spo/eligible", 0) > 0:
             assert r["tokens/verify"] > 0 and r["env_steps/total"] > r["env_steps/rollout"]
+    from helpers import undocumented
+    assert not undocumented(sorted({k for r in rows for k in r}))      # docs/metrics.md names every key
     if method == "grpo-matched":
         import train                          # default share of each worker's 4 episodes, summed
         assert all(r["matched/extra_episodes"] == 2 * round(train.Config().matched_extra * 4) for r in rows)

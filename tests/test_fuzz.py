@@ -3,7 +3,7 @@
 1. 12,000 random judge / critic replies (mixes of braces, brackets, quotes, backslashes, digits,
    `<tool_call>` and `<think>` tags, deep nesting, huge numbers, long whitespace runs, unicode,
    valid proposals, tool calls and label lists embedded in noise) through every parser of
-   judge.py, critic.py and chat.py, plus random chat.completion responses through `_openai_reply`: zero
+   judge.py, methods/criticsearch.py and infra/chat.py, plus random chat.completion responses through `_openai_reply`: zero
    exceptions, well-typed results, embedded valid answers still found, a bounded total time.
 2. 1,200 random requests (methods, paths, versions, headers, Content-Lengths, bodies) over raw
    sockets to a real retrieval server on 127.0.0.1 (port 0): every one answered, every answer a

@@ -1,4 +1,4 @@
-"""Rules of the built-in ALFWorld simulator (household.py), one property per test.
+"""Rules of the built-in ALFWorld simulator (sims/household.py), one property per test.
 
 List formatting, admissible contents, win conditions of all six task types, the step limit,
 closed receptacles, bad input, the expert (100 games per type per preset here; 1,000 in

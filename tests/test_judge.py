@@ -25,58 +25,11 @@ import tools as tool_defs  # noqa: E402  (what the judge sees)
 import rollout  # noqa: E402
 import judge  # noqa: E402
 from judge import GroupTools, make_judge, turn_error, validate_proposal  # noqa: E402
-from rollout import Trajectory, Turn  # noqa: E402
+from rollout import Turn  # noqa: E402
 
 
-# ---------------------------------------------------------------------------------------------
-# A hand-built "pivot" group: the successes take the key, the failures never do
-# ---------------------------------------------------------------------------------------------
-HALL = "You are in the hall. You see a drawer 1 and a door 1."
-AT_DRAWER = "You arrive at drawer 1. The drawer 1 is closed."
-OPEN_DRAWER = "You open the drawer 1. In it, you see a key 1."
-GOT_KEY = "You pick up the key 1 from the drawer 1."
-AT_DOOR = "You arrive at door 1. The door 1 is locked."
-NOTHING = "Nothing happens."
-WIN = "You unlock the door 1. The door opens. You won!"
-
-ADM = {HALL: ["go to drawer 1", "go to door 1"],
-       AT_DRAWER: ["open drawer 1", "go to door 1"],
-       OPEN_DRAWER: ["take key 1 from drawer 1", "close drawer 1", "go to door 1"],
-       GOT_KEY: ["close drawer 1", "go to door 1"],
-       AT_DOOR: ["open door 1", "unlock door 1 with key 1", "go to drawer 1"],
-       "You close the drawer 1.": ["open drawer 1", "go to door 1"]}
-
-
-def traj(tid, steps, won, valid=None):
-    """steps: [(obs, action, next_obs)]; the last turn ends the episode."""
-    turns = []
-    for k, (obs, act, nxt) in enumerate(steps):
-        ok = True if valid is None else valid[k]
-        turns.append(Turn(t=k, obs=obs, admissible=list(ADM.get(obs, [])),
-                          text=f"<think>hmm</think><action>{act}</action>" if ok else act,
-                          action=act, valid=ok, next_obs=nxt,
-                          reward=1.0 if (won and k == len(steps) - 1) else 0.0,
-                          done=k == len(steps) - 1))
-    return Trajectory(traj_id=tid, group_id=0, task=0, task_text="open the door.",
-                      task_type="pivot", turns=turns, won=won, score=float(won))
-
-
-def pivot_group():
-    success = [(HALL, "go to drawer 1", AT_DRAWER), (AT_DRAWER, "open drawer 1", OPEN_DRAWER),
-               (OPEN_DRAWER, "take key 1 from drawer 1", GOT_KEY), (GOT_KEY, "go to door 1", AT_DOOR),
-               (AT_DOOR, "unlock door 1 with key 1", WIN)]
-    fail_a = [(HALL, "go to drawer 1", AT_DRAWER), (AT_DRAWER, "open drawer 1", OPEN_DRAWER),
-              (OPEN_DRAWER, "close drawer 1", "You close the drawer 1."),
-              ("You close the drawer 1.", "go to door 1", AT_DOOR),
-              (AT_DOOR, "open door 1", NOTHING), (AT_DOOR, "open door 1", NOTHING)]
-    fail_b = [(HALL, "go to door 1", AT_DOOR), (AT_DOOR, "open door 1", NOTHING),
-              (AT_DOOR, "go to drawer 1", AT_DRAWER), (AT_DRAWER, "open drawer 1", OPEN_DRAWER),
-              (OPEN_DRAWER, "go to door 1", AT_DOOR), (AT_DOOR, "open door 1", NOTHING)]
-    # a longer success whose turn 0 is format-invalid and turn 2 is a wasted "Nothing happens."
-    success_long = [(HALL, "i am not sure", NOTHING)] + success[:1] + \
-        [(AT_DRAWER, "open door 1", NOTHING)] + success[1:]
-    return [traj(0, fail_a, False), traj(1, success, True), traj(2, fail_b, False),
-            traj(3, success_long, True, valid=[False] + [True] * 6)]
+# A hand-built "pivot" group (tests/helpers.py): the successes take the key, the failures never do
+from helpers import AT_DRAWER, HALL, NOTHING, pivot_group, pivot_traj as traj  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
@@ -541,7 +494,7 @@ def test_openai_too_many_tool_calls_in_one_reply(endpoint):
 
 
 # ---------------------------------------------------------------------------------------------
-# Hostile text through the parsers (each case raised, or took seconds, before chat.py)
+# Hostile text through the parsers: rejected or parsed, never raised, in bounded time
 # ---------------------------------------------------------------------------------------------
 DEEP = "[" * 1000 + "]" * 1000
 

@@ -1,4 +1,4 @@
-"""keydoor.py: the rules, ground-truth labels, exact restore, independent door draws, options.
+"""sims/keydoor.py: the rules, ground-truth labels, exact restore, independent door draws, options.
 
     python -m pytest -q tests/test_keydoor.py
 """

@@ -1,4 +1,4 @@
-"""The credit lab's metrics (lab.py), the paired statistics (bench/paired.py) and the code's shape.
+"""The credit lab's metrics (lab/metrics.py), the paired statistics (bench/paired.py) and the code's shape.
 
     python -m pytest -q tests/test_lab.py
 """

@@ -102,3 +102,27 @@ def test_verify_noise_against_its_analytic_values():
     assert piv["true"] == pytest.approx(0.5 * (adaptive_bias.P_KEY - adaptive_bias.P_NOKEY))
     assert abs(piv["mean"] - piv["true"]) < 4 * piv["mc_se"]
     assert 0.5 < piv["sd"] / piv["sd_independent"] < 1.5
+
+
+def test_a_lab_on_uncommitted_code_cites_no_commit(tmp_path, monkeypatch):
+    """bench/labs.py records HEAD's hash only when the tracked files are HEAD's; a measured block
+    without a commit names none, and LABS.md carries no dirty stamp."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "f.txt").write_text("a\n")
+    subprocess.run([*git, "add", "f.txt"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "c"], cwd=tmp_path, check=True)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    monkeypatch.setattr(labs, "ROOT", str(tmp_path))
+    assert labs.commit() == head
+    (tmp_path / "f.txt").write_text("b\n")
+    assert labs.commit() is None
+    monkeypatch.setattr(labs, "ROOT", str(tmp_path / "nowhere"))
+    (tmp_path / "nowhere").mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    assert labs.commit() is None
+    lab = labs.LABS[0]
+    rec = dict(labs.load_record()[lab.key], commit=None)
+    assert "commit" not in labs.measured_block(lab, rec).split("`results/labs.json`")[0]
+    assert "commit `abc1234`," in labs.measured_block(lab, dict(rec, commit="abc1234"))
+    assert "-dirty" not in open(labs.LABS_MD).read()

@@ -1,4 +1,4 @@
-"""oracle.py (exact A* in keydoor), the `nokey` label, lab/p_key_held and the ladder's arms (ladder.py).
+"""lab/oracle.py (exact A* in keydoor), the `nokey` label, lab/p_key_held and the ladder's arms (lab/ladder.py).
 
     python -m pytest -q tests/test_oracle.py
 """

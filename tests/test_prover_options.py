@@ -3,7 +3,7 @@
     python -m pytest -q tests/test_prover_options.py
 
 Two kinds of fixture:
-  * a hand-built group (Trajectory/Turn objects, like tests/test_judge.py's pivot_group) with the
+  * a hand-built group (tests/helpers.py's hand_group: Trajectory/Turn objects) with the
     verification replaced by fixed continuation outcomes, so every bonus is exact arithmetic;
   * the real keydoor env with a scripted stand-in generator of known decision probabilities (as
     in tests/test_verify.py), so CRN, adaptive K and the alternatives' Δ̂ run through the real
@@ -30,106 +30,13 @@ import judge
 import prover
 import verify
 from infra import warmstart
-from judge import JudgeResult, Proposal
 from infra.policy import Sample
-from rollout import Agent, AgentState, Trajectory, Turn, rollout_groups
+from judge import JudgeResult
+from rollout import Agent, rollout_groups
 
-# ---------------------------------------------------------------------------------------------
-# The hand-built group
-# ---------------------------------------------------------------------------------------------
-A = "You are in room 1. You see a lever."
-B = "You are in room 2. You see a key."
-C = "You are in room 2. You hold a key."
-D = "You are at the door."
-WIN, SHUT = "The door opens.", "The door stays shut."
-ADM = {A: ["pull lever", "go east", "wait"], B: ["take key", "go east", "wait"], C: ["go east", "wait"],
-       D: ["open door", "wait"]}
-NEXT = {("go east", A): B, ("wait", A): A, ("pull lever", A): A, ("take key", B): C, ("go east", B): D,
-        ("wait", B): B, ("go east", C): D, ("wait", C): C}
-
-
-def traj(tid, acts, won, states=True):
-    """acts: the actions from A on (observations follow NEXT; the last one ends the episode).
-    `states`: give every turn a restore handle (history as the rollout records it)."""
-    turns, obs, hist = [], A, ()
-    for k, a in enumerate(acts):
-        last = k == len(acts) - 1
-        nxt = (WIN if won else SHUT) if (last and a == "open door") else NEXT.get((a, obs), obs)
-        st = AgentState(None, obs, {"admissible": ADM[obs]}, hist, k) if states else None
-        turns.append(Turn(t=k, obs=obs, admissible=list(ADM[obs]), text=f"<action>{a}</action>", action=a,
-                          valid=True, next_obs=nxt, reward=float(won and last), done=last,
-                          action_ids=[1, 2, 3], state=st))
-        hist, obs = hist + ((obs, a),), nxt
-    return Trajectory(traj_id=tid, group_id=0, task=0, task_text="open the door.", task_type="hand",
-                      turns=turns, won=won, score=float(won))
-
-
-def hand_group(states=True, lever=False):
-    """S0 (shortest success), F1 (goes east past the key), F2 (takes the key, then waits), S3 (a
-    longer success), F4 (waits at the key, then goes east); `lever`: S5, a success whose `pull
-    lever` no failure ever takes."""
-    g = [traj(0, ["go east", "take key", "go east", "open door"], True, states),
-         traj(1, ["go east", "go east", "open door"], False, states),
-         traj(2, ["go east", "take key", "wait", "wait"], False, states),
-         traj(3, ["wait", "go east", "take key", "go east", "open door"], True, states),
-         traj(4, ["go east", "wait", "go east", "open door"], False, states)]
-    if lever:
-        g.append(traj(5, ["pull lever", "go east", "take key", "wait", "go east", "open door"], True, states))
-    return g
-
-
-class FixedJudge:
-    """Proposes turns start..end of the success it is given (choose_success: of `pick`)."""
-
-    def __init__(self, start=1, end=1, pick=None):
-        self.start, self.end, self.pick, self.calls = start, end, pick, []
-
-    def propose(self, group, success_id, choose_success=False):
-        self.calls.append((success_id, choose_success))
-        sid = self.pick if choose_success and self.pick is not None else success_id
-        prop = Proposal(group[sid].traj_id, self.start, self.end, "mode", "why")
-        return JudgeResult(prop, "valid", None, 0, 2, 11, 5, [], 0, sid if choose_success else None)
-
-
-class Outcomes:
-    """Stand-in for the verifier (the credit functions' `estimate`) and verify_options.alternatives:
-    fixed continuation outcomes, combined by verify_options.compare (the real formulas); records the
-    options each call got."""
-
-    def __init__(self, pre, post, alts=None):
-        self.pre, self.post, self.alts, self.calls = pre, post, alts or {}, []
-
-    def estimate(self, agent, envs_, traj_, start, end, K, temperature, seed, crn=False, k_max=0, z=1.0, fresh=False):
-        self.calls.append(dict(K=K, crn=crn, k_max=k_max, z=z, seed=seed))
-        return verify_options.compare(self.pre, self.post, paired=crn)
-
-    def alternatives(self, agent, envs_, base, states, temperature, seed):
-        # which alternative a state belongs to: the action its history ends with
-        return [verify_options.compare(base.pre, self.alts[s.history[-1][1]], paired=base.paired) for s in states]
-
-
-def make_run(tmp_path, cfg, jd, history_len=1):
-    from train import Run
-    agent = Agent(gen=None, tok=None, spec=None, history_len=history_len, counter=Counter())
-    return Run(cfg, agent, None, {}, [None] * 256, jd, str(tmp_path), step=1)
-
-
-def run_credit(tmp_path, monkeypatch, out, jd=None, history_len=1, group=None, plus=False, **flags):
-    """The credit of --method prover (or prover-plus) as train.py runs it, with `out` verifying."""
-    monkeypatch.setattr(verify_options, "alternatives", out.alternatives)
-    groups = [group or hand_group()]
-    cfg = config.Config(env="keydoor", verify_k=len(out.pre), **flags)
-    adv = grpo.trajectory_advantages(groups)
-    base = [[list(t) for t in g] for g in adv]
-    run = make_run(tmp_path, cfg, jd or FixedJudge(), history_len)
-    st = methods.credit_fn("prover-plus" if plus else "prover")(groups, adv, run, estimate=out.estimate)
-    return groups, base, adv, st, run
-
-
-def diff(base, adv):
-    """{(traj, turn): change} of the one group."""
-    return {(i, t): adv[0][i][t] - base[0][i][t] for i in range(len(adv[0])) for t in range(len(adv[0][i]))
-            if adv[0][i][t] != base[0][i][t]}
+# The hand-built corridor group and its stand-ins (tests/helpers.py); A, B: its rooms 1 and 2
+from helpers import (CORRIDOR_ADM as ADM, KEY_ROOM as B, LEVER_ROOM as A, FixedJudge, Outcomes,  # noqa: E402
+                     corridor_traj as traj, diff, hand_group, make_run, run_credit)
 
 
 PRE, POST = [0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 1.0]     # Δ̂ = 0.5, SE = sqrt(0.25/4 + 0.25/4)

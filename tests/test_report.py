@@ -148,6 +148,14 @@ def test_retried_credit_keeps_each_groups_own_records(tmp_path, monkeypatch):
     assert run.records == [{"g": 0, "gid": 0}, {"g": 2, "gid": 2}]
 
 
+def test_every_metrics_key_of_the_run_is_documented(run_dir):
+    """docs/metrics.md names every key the run wrote (train, eval, prover/*, lab/*)."""
+    from helpers import undocumented
+    keys = {k for row in lines(run_dir[0] / "metrics.jsonl") for k in row}
+    assert {"step", "eval/success", "train/success", "prover/eligible", "lab/q_key"} <= keys
+    assert not undocumented(sorted(keys)), undocumented(sorted(keys))
+
+
 # ---------------------------------------------------------------------------------------------
 # report.html
 # ---------------------------------------------------------------------------------------------

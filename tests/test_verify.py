@@ -1,4 +1,4 @@
-"""Verification and the built-in judge on the key-to-door env (keydoor.py), against analytic values.
+"""Verification and the built-in judge on the key-to-door env (sims/keydoor.py), against analytic values.
 
     python -m pytest -q tests/test_verify.py
 
