@@ -700,6 +700,8 @@ class SearchQAEnv:
 def make(split: str = "train", seed: int = 0, backend: str = "builtin", **kw) -> SearchQAEnv:
     if backend == "real" and "world" in kw:   # as webshop.make: the option names a built-in world
         raise ValueError("searchqa --env-opt world= picks a built-in KB; the real backend reads data_path and a server")
+    if "max_steps" in kw:                     # train.py's --max-steps: here a turn is a step
+        kw["max_turns"] = kw.pop("max_steps")
     return SearchQAEnv(split, seed, backend, **kw)
 
 

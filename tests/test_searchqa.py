@@ -420,3 +420,11 @@ def test_serve_command(tmp_path):
     finally:
         p.terminate()
         p.wait(timeout=10)
+
+
+def test_train_max_steps_sets_the_turn_budget():
+    """train.py's --max-steps reaches SearchQA as its turn budget (a turn is a step here), as for the
+    other benchmarks; without it the paper's 4 turns."""
+    from sims import searchqa
+    assert searchqa.make("train", seed=0, max_steps=8).max_steps == 8
+    assert searchqa.make("train", seed=0).max_steps == 4
