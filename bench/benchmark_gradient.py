@@ -7,16 +7,17 @@ fixed policy (no optimizer). Writes results/benchmark_gradient/benchmark_gradien
 
 Batch b of every arm plays the same tasks and rollouts (seeded by b alone), so arms are paired per
 batch. Kept per batch under --cache (resumable; two sittings side by side share the work: a batch
-is claimed under a file lock, csv rows merged under another).
+is claimed under a file lock). After a sitting, every batch kept for the policy, whichever sitting
+made it, goes into one Gram matrix stored beside the results (gram/ENV__POLICY__tTgG.npz, small),
+and the csv and md are computed from those stores alone: the same batches give the same table,
+whatever the order of the sittings, and the table can be recomputed without the cache.
 
-Statistics: one batch's gradient is almost all sampling noise here (two reference batches have
-cosine ≈ 0), so they come from unbiased inner products of batches with different indices (Gram
-matrix of every kept gradient; E[ĝ_a · ĝ_b] = E ĝ · E ĝ for independent a, b):
-    U_m = mean_{a≠b} ĝ_a·ĝ_b = |E ĝ|²,  M_m = mean_a |ĝ_a|²,  snr_m = U_m / (M_m − U_m)  (n batches: × n)
-    align_m = mean_{a≠b} ĝ_m,a·ĝ*_b / √(U_m U_*)     cos(E ĝ_m, g*): the direction followed on average
-    cosine_m = mean_a (ĝ_m,a · ḡ*_{−a}) / (|ĝ_m,a| √U_*)  one batch's cosine with the noise-free g*
-SEs by the jackknife over batch indices; snr × GRPO paired on the same indices. A method whose
-snr is r× GRPO's is worth r GRPO batches per batch (in direction, at align ≈ 1).
+Statistics (bench/gram_stats.py): snr, align and cosine from unbiased inner products of different
+batches; snr's SE by the jackknife over every batch of the arm, align's and cosine's over every batch
+index either side uses; snr × GRPO on exactly the batch indices both arms have (paired), with a 95%
+BCa bootstrap interval over them (never ±). One rule says what is resolved: an snr more than 2 SE
+above 0; a ratio, align or cosine only where every snr it divides by or quotes is. A method whose snr
+is r× GRPO's is worth r GRPO batches per batch (in direction, at align ≈ 1).
 
 The reference ĝ* (methods/vine.py): (1/N) Σ_turns w_t·Â_t ∇log π(a_t|s_t), Â_t = V̂(s_{t+1}) −
 V̂(s_t) from --ref-k continuations per state, on --ref-turns turns per trajectory drawn uniformly
@@ -47,6 +48,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import credit_gradient as cg  # noqa: E402
+from gram_stats import direction_jk, jk_se, moments, paired_ratio, resolved, snr_jk, snr_of  # noqa: E402,F401
 
 WARM = {"alfworld": "results/compare/warmstarts/tiny-alfworld-0355c899bead",
         "webshop": "results/compare/warmstarts/tiny-webshop-25327713f9b4",
@@ -54,10 +56,10 @@ WARM = {"alfworld": "results/compare/warmstarts/tiny-alfworld-0355c899bead",
 POLICIES = {"alfworld": [WARM["alfworld"], "results/checkpoints/alfworld-grpo-s0-u25"]}
 METHODS = ["grpo", "grpo-matched", "prover", "prover-plus", "prover-plus:lam=3,verify_k=4", "prover-plus:lam=3,trust_judge=0.25",
            "gigpo", "spo-chain", "vine:vine_k=1,vine_turns=2"]
-COLUMNS = ["env", "policy", "method", "tokens", "judge_tokens", "cosine", "cosine_se", "snr", "snr_se", "align", "align_se",
-           "snr_vs_grpo", "snr_vs_grpo_se", "batches", "ref_batches", "ref_k", "ref_turns", "tasks", "group",
-           "snr_exact", "snr_exact_se", "exact_vs_grpo", "exact_vs_grpo_se", "mc_share", "mc_share_se"]
-KEY = ("env", "policy", "method")
+COLUMNS = ["env", "policy", "method", "tokens", "judge_tokens", "snr", "snr_se", "snr_resolved", "snr_vs_grpo", "snr_vs_grpo_se",
+           "snr_vs_grpo_lo", "snr_vs_grpo_hi", "ratio_batches", "ratio_resolved", "cosine", "cosine_se", "align", "align_se",
+           "direction_resolved", "batches", "ref_batches", "ref_k", "ref_turns", "tasks", "group", "snr_exact", "snr_exact_se",
+           "exact_vs_grpo", "exact_vs_grpo_se", "exact_vs_grpo_lo", "exact_vs_grpo_hi", "exact_resolved", "mc_share", "mc_share_se"]
 JUDGE = ("tokens/judge",)
 
 
@@ -66,29 +68,6 @@ def load(path: str) -> list[dict]:
         return []
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
-
-
-def key(r: dict) -> tuple:
-    return tuple(str(r[k]) for k in KEY)
-
-
-def merge(path: str, new: list[dict]) -> None:
-    """Replace the rows of `new`'s keys in the csv, under an exclusive lock (a second sitting may be
-    writing too)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "w") as lk:
-        fcntl.flock(lk, fcntl.LOCK_EX)
-        keys = {key(r) for r in new}
-        rows = [r for r in load(path) if key(r) not in keys] + [{k: (f"{v:.5f}" if isinstance(v, float) else v)
-                                                                   for k, v in r.items()} for r in new]
-        order = {m: i for i, m in enumerate(METHODS)}
-        rows.sort(key=lambda r: (r["env"], r["policy"] != WARM.get(r["env"]), r["policy"], order.get(r["method"], 99), r["method"]))
-        tmp = path + ".tmp"
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS)
-            w.writeheader()
-            w.writerows(rows)
-        os.replace(tmp, path)
 
 
 def slug(text: str) -> str:
@@ -131,113 +110,163 @@ def ref_batch(t, arm: str, b: int):
     return (g1 + g2) / 2, float(((g1.double() - g2.double()) ** 2).sum() / 4), cg.generated(run) - before
 
 
-def moments(gram, ix: list[int]) -> tuple[float, float]:
-    """(U, M) of the batches `ix`: U = mean_{a≠b} ĝ_a·ĝ_b (unbiased |E ĝ|²), M = mean_a |ĝ_a|²."""
-    sub = gram[ix][:, ix]
-    k = len(ix)
-    return float((sub.sum() - sub.diagonal().sum()) / (k * (k - 1))), float(sub.diagonal().mean())
+# ---------------------------------------------------------------------------------------------
+# The study's data: one Gram matrix per (env, policy), whatever sittings made its batches
+# ---------------------------------------------------------------------------------------------
+def store_path(out: str, env: str, name: str, tasks: int, group: int) -> str:
+    return os.path.join(os.path.dirname(out), "gram", f"{env}__{slug(name)}__t{tasks}g{group}.npz")
 
 
-def snr_of(U: float, M: float) -> float:
-    """U / (M − U); no value where every gradient is 0 (M = U = 0: a tiny batch with one outcome)."""
-    return U / (M - U) if M > U else float("nan") if M == 0 else float("inf")
+def build_store(folder: str, meta: dict) -> dict:
+    """Every batch kept under `folder` (a subfolder per arm, `{b}.pt` per batch) → the study's
+    data: the Gram matrix of all kept gradients (float64; rows sorted by arm, then batch index, so
+    the same batches give the same matrix whatever order the sittings made them in), and per row
+    its arm (as each batch file names it), batch index, policy and judge tokens, and mc (the
+    reference's rows; NaN elsewhere)."""
+    import numpy as np
+    import torch
+    items = []
+    for sub in sorted(os.listdir(folder)):
+        d = os.path.join(folder, sub)
+        kept = sorted(int(f[:-3]) for f in os.listdir(d) if f.endswith(".pt") and f[:-3].isdigit()) if os.path.isdir(d) else []
+        if kept:
+            arm = torch.load(os.path.join(d, f"{kept[0]}.pt")).get("arm", sub)
+            items += [(arm, b, os.path.join(d, f"{b}.pt")) for b in kept]
+    items.sort(key=lambda x: (x[0], x[1]))
+    n = len(items)
+    gram, info, block = np.zeros((n, n)), [], 64
+    # gradients are large (every parameter): products in float64, two blocks of rows in memory at a time
+    load = lambda i: torch.load(items[i][2])          # noqa: E731
+    for i0 in range(0, n, block):
+        A = [load(i) for i in range(i0, min(n, i0 + block))]
+        info += [(x["tokens"], x["judge_tokens"], x.get("mc", float("nan"))) for x in A]
+        GA = torch.stack([x["grad"] for x in A]).to(torch.float64)
+        for j0 in range(0, i0 + block, block):
+            if j0 >= n:
+                break
+            GB = GA if j0 == i0 else torch.stack([load(j)["grad"] for j in range(j0, min(n, j0 + block))]).to(torch.float64)
+            P = (GA @ GB.T).numpy()
+            gram[i0:i0 + len(A), j0:j0 + P.shape[1]] = P
+            gram[j0:j0 + P.shape[1], i0:i0 + len(A)] = P.T
+    return {"gram": gram, "arm": np.array([a for a, _, _ in items]), "batch": np.array([b for _, b, _ in items]),
+            "tokens": np.array([t for t, _, _ in info], dtype=float), "judge_tokens": np.array([j for _, j, _ in info], dtype=float),
+            "mc": np.array([m for _, _, m in info], dtype=float), **{k: np.array(v) for k, v in meta.items()}}
 
 
-def jk_se(vals: list[float]) -> float:
-    """The jackknife SE from leave-one-out values (the non-finite ones dropped)."""
-    vals = [v for v in vals if math.isfinite(v)]
-    if len(vals) < 2:
-        return float("nan")
-    m = sum(vals) / len(vals)
-    return math.sqrt((len(vals) - 1) / len(vals) * sum((v - m) ** 2 for v in vals))
+def save_store(path: str, st: dict) -> None:
+    import numpy as np
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp.npz"
+    np.savez_compressed(tmp, **st)
+    os.replace(tmp, path)
 
 
-def drop(ix: list[int], j: int) -> list[int]:
-    return [x for k, x in enumerate(ix) if k != j]
+def load_store(path: str) -> dict:
+    import numpy as np
+    with np.load(path) as z:
+        return {k: (z[k].item() if z[k].ndim == 0 else z[k]) for k in z.files}
 
 
-def stats(gram, idx: list[int], ref: list[int], mc=None) -> dict:
-    """snr, align and cosine of one arm's batches (`idx`, rows of the Gram matrix) against the
-    reference's (`ref`), from unbiased inner products (module docstring)."""
-    U, M = moments(gram, idx)
-    Ur, _ = moments(gram, ref)
-    cross = gram[idx][:, ref]
-    # batch k of the arm and batch k of the reference share their rollouts (and are one batch for
-    # the reference's own row): only pairs of different batch indices are independent
-    keep = cross.new_ones(cross.shape)
-    for k in range(min(len(idx), len(ref))):
-        keep[k, k] = 0
-    C = float((cross * keep).sum() / keep.sum())
-    per = (cross * keep).sum(1) / keep.sum(1)
-    root = math.sqrt(Ur) if Ur > 0 else float("nan")
-    norm = gram[idx][:, idx].diagonal().sqrt()
-    # a batch whose gradient is 0 (every group one outcome, no format penalty) points nowhere: cosine 0
-    each = per / norm.clamp_min(1e-300)
-    each[norm == 0] = 0.0
-    cosine = float(each.mean()) / root
-    align = C / math.sqrt(U * Ur) if U > 0 and Ur > 0 else float("nan")
-    out = {"snr": snr_of(U, M), "align": align, "cosine": cosine}
-    if mc is not None:              # the reference: its snr with the continuations' noise taken out (K → ∞)
-        m = sum(mc[i] for i in idx) / len(idx)
-        out["snr_exact"] = snr_of(U, M - m)
-        out["mc_share"] = m / (M - U) if M > U else float("nan")
+def study_rows(st: dict) -> list[dict]:
+    """The table's rows of one stored study: per arm its snr, the paired ratio to GRPO, align and
+    cosine against the reference; the reference's row adds the K → ∞ snr and its paired ratio."""
+    arms = list(dict.fromkeys(st["arm"].tolist()))
+    by = {a: {int(b): i for i, (x, b) in enumerate(zip(st["arm"], st["batch"])) if x == a} for a in arms}
+    ref_arm = st["ref_arm"]
+    if "grpo" not in by:
+        raise SystemExit(f"benchmark_gradient: {st['env']} {st['policy']}: no grpo batches (every ratio is to GRPO)")
+    g_snr, g_se = snr_jk(st["gram"], list(by["grpo"].values()))
+    r_snr, r_se = snr_jk(st["gram"], list(by[ref_arm].values())) if ref_arm in by else (float("nan"), float("nan"))
+    mc = {i: float(v) for i, v in enumerate(st["mc"])}
+    out = []
+    for a in sorted(arms, key=lambda m: (METHODS.index(m) if m in METHODS else 98 if m != ref_arm else 99, m)):
+        rows = list(by[a].values())
+        snr, se = snr_jk(st["gram"], rows)
+        r = {"env": st["env"], "policy": st["policy"], "method": a, "tokens": float(st["tokens"][rows].mean()),
+             "judge_tokens": float(st["judge_tokens"][rows].mean()), "snr": snr, "snr_se": se,
+             "snr_resolved": resolved(snr, se), "batches": len(rows), "ref_batches": len(by.get(ref_arm, {})),
+             "ref_k": st["ref_k"], "ref_turns": st["ref_turns"], "tasks": st["tasks"], "group": st["group"]}
+        if ref_arm in by:
+            r.update(direction_jk(st["gram"], by[a], by[ref_arm]))
+        pr = paired_ratio(st["gram"], by[a], by["grpo"])
+        r.update({"snr_vs_grpo": pr["ratio"], "snr_vs_grpo_se": pr["ratio_se"], "snr_vs_grpo_lo": pr["ratio_lo"],
+                  "snr_vs_grpo_hi": pr["ratio_hi"], "ratio_batches": pr["ratio_batches"]})
+        if a == ref_arm and all(math.isfinite(mc[i]) for i in rows):
+            ex, ex_se = snr_jk(st["gram"], rows, mc)
+            U, M = moments(st["gram"], rows)
+            share = (sum(mc[i] for i in rows) / len(rows)) / (M - U) if M > U else float("nan")
+            loo = []
+            for j in range(len(rows)):
+                rs = rows[:j] + rows[j + 1:]
+                U2, M2 = moments(st["gram"], rs)
+                loo.append((sum(mc[i] for i in rs) / len(rs)) / (M2 - U2) if M2 > U2 else float("nan"))
+            pe = paired_ratio(st["gram"], by[a], by["grpo"], mc)
+            r.update({"snr_exact": ex, "snr_exact_se": ex_se, "mc_share": share, "mc_share_se": jk_se(loo),
+                      "exact_vs_grpo": pe["ratio"], "exact_vs_grpo_se": pe["ratio_se"], "exact_vs_grpo_lo": pe["ratio_lo"],
+                      "exact_vs_grpo_hi": pe["ratio_hi"]})
+        r["ratio_resolved"] = resolved(snr, se) and resolved(g_snr, g_se)
+        r["direction_resolved"] = resolved(snr, se) and resolved(r_snr, r_se)
+        r["exact_resolved"] = ("snr_exact" in r and resolved(r["snr_exact"], r["snr_exact_se"]) and resolved(g_snr, g_se))
+        out.append(r)
     return out
 
 
-def jackknife(gram, idx: list[int], ref: list[int], mc=None) -> dict:
-    """Leave-one-batch-index-out SEs of `stats` (batch j of the arm and batch j of the reference out
-    together). `mc`: {row: the reference batch's continuation noise}, for the reference's own row."""
-    full = stats(gram, idx, ref, mc)
-    outs = [stats(gram, drop(idx, j), drop(ref, j), mc) for j in range(min(len(idx), len(ref)))]
-    return {**full, **{k + "_se": jk_se([o[k] for o in outs]) for k in full}}
+def fmt_ratio(r: dict, k: str, ok: bool) -> str:
+    """'1.47 [1.20, 1.81]' (95% BCa over the paired batches), or 'unresolved [lo, hi]' where the
+    rule says the ratio is not resolved."""
+    lo, hi = float(r.get(k + "_lo", "nan")), float(r.get(k + "_hi", "nan"))
+    band = f"[{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else "[–]"
+    return f"{float(r[k]):.2f} {band}" if ok else f"unresolved {band}"
 
 
-def exact_snr(gram, ix: list[int], mc: dict) -> float:
-    U, M = moments(gram, ix)
-    return snr_of(U, M - sum(mc[i] for i in ix) / len(ix))
+def claim(r: dict, key: str, ok) -> str:
+    """What a sentence may say of one ratio cell (csv row `r`, column `key`): the ratio with its 95%
+    BCa interval where the rule resolves it (`ok`: the row's flag), else 'unresolved'."""
+    if not truthy(ok):
+        return "unresolved"
+    return f"{float(r[key]):.2f}× [{float(r[key + '_lo']):.2f}, {float(r[key + '_hi']):.2f}]"
 
 
-def ratio_se(gram, idx: list[int], base: list[int], num=None) -> float:
-    """Jackknife SE of num(idx) / snr(base) over batch indices, num = the snr by default (batch j of
-    both out together: every arm's batch j shares its rollouts, so the ratio is paired)."""
-    num = num or (lambda ix: snr_of(*moments(gram, ix)))
-    vals = []
-    for j in range(min(len(idx), len(base))):
-        b = snr_of(*moments(gram, drop(base, j)))
-        if b > 0:
-            vals.append(num(drop(idx, j)) / b)
-    return jk_se(vals)
+def truthy(v) -> bool:
+    return str(v) in ("True", "true", "1")
 
 
 def report(path_csv: str, path_md: str) -> None:
-    rows = load(path_csv)
+    """The csv and md from every stored study under the csv's folder `gram/` (never from a
+    sitting's memory: the same stored batches give the same table)."""
+    gdir = os.path.join(os.path.dirname(path_csv), "gram")
+    rows = [r for f in sorted(os.listdir(gdir)) if f.endswith(".npz") for r in study_rows(load_store(os.path.join(gdir, f)))] \
+        if os.path.isdir(gdir) else []
+    with open(path_csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows([{k: (f"{v:.5f}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows])
+    rows = load(path_csv)               # the md from the csv, as --report-only would
     lines = ["# The gradient ladder on the benchmarks", "",
-             "Written by `python bench/benchmark_gradient.py` (each sitting's command and wall time in results/LOG.md). "
-             "Reference g*: the Monte Carlo credit (methods/vine.py), `ref K` continuations per state on `ref turns` turns "
-             "per trajectory (weighted T/m), `g* batches` batches. From unbiased inner products of independent batches "
-             "(bench/benchmark_gradient.py says how): **cosine** = one batch's cosine with the noise-free g*; **snr** = "
-             "|E ĝ|² / E|ĝ − E ĝ|² of one batch; **align** = cos(E ĝ_m, g*), the direction the method follows on average; "
-             "**snr × GRPO**: one batch of the method is worth this many GRPO batches (in signal, at align ≈ 1), against "
-             "GRPO on the same batch indices (the same tasks and first samples: paired). ± jackknife SE over batch indices; "
-             "'unresolved': the snr it rests on (GRPO's, or the reference's for cosine and align) is not 2 SE above 0. tokens: generated policy tokens per batch (rollouts + continuations), "
-             "judge tokens beside them, both in the policy tokenizer's ids; the built-in judge ran for the judged methods (its hit rate "
-             "is not defined here: the benchmarks label no pivotal turn). "
-             "Each batch: `tasks` tasks × G rollouts; batches: the method's.", "",
-             "| env | policy | method | policy tokens / batch | judge tokens / batch | snr | snr × GRPO | cosine | align | batches | g* batches | ref K | ref turns |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    def resolved(r) -> bool:            # a row's snr is > 2 SE above 0: its direction can be compared
-        return float(r["snr"]) > 2 * float(r["snr_se"])
+             "Written by `python bench/benchmark_gradient.py` from the stored Gram matrices in `gram/` (one per env and "
+             "policy; each sitting's command and wall time in results/LOG.md). Reference g*: the Monte Carlo credit "
+             "(methods/vine.py), `ref K` continuations per state on `ref turns` turns per trajectory (0 = every turn), "
+             "`g* batches` batches. From unbiased inner products of independent batches (bench/benchmark_gradient.py says "
+             "how): **snr** = |E ĝ|² / E|ĝ − E ĝ|² of one batch (± jackknife SE over every batch of the arm); **snr × GRPO** "
+             "= the arm's snr over GRPO's on exactly the same batch indices (the same tasks and first samples: paired; "
+             "`paired batches` says how many), with its 95% BCa bootstrap interval over those indices: one batch of the "
+             "method is worth this many GRPO batches in signal; **align** = cos(E ĝ_m, g*), the direction the method "
+             "follows on average; **cosine** = one batch's cosine with the noise-free g* (± jackknife SE over every batch "
+             "index either side uses). **Resolution rule** (one for every column): an snr is resolved when it is more than "
+             "2 SE above 0; a ratio, align or cosine is shown only where every snr it divides by or quotes is resolved, "
+             "else 'unresolved' (the interval still given for a ratio). Tokens: generated policy tokens per batch (rollouts "
+             "+ continuations) and judge tokens beside them, both in the policy tokenizer's ids; the built-in judge ran for "
+             "the judged methods (its hit rate is not defined here: the benchmarks label no pivotal turn). Each batch: "
+             "`tasks` tasks × G rollouts.", "",
+             "| env | policy | method | policy tokens / batch | judge tokens / batch | snr | snr × GRPO [95% BCa] | paired batches | cosine | align | batches | g* batches | ref K | ref turns |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        f = {k: float(r.get(k) or "nan") for k in ("tokens", "judge_tokens", "cosine", "cosine_se", "snr", "snr_se", "align",
-                                                  "align_se", "snr_vs_grpo", "snr_vs_grpo_se")}
-        same = [x for x in rows if (x["env"], x["policy"]) == (r["env"], r["policy"])]
-        ref = next((x for x in same if x["method"] == f"vine:vine_k={r['ref_k']},vine_turns={r['ref_turns']}"), None)
-        grpo = next((x for x in same if x["method"] == "grpo"), None)
-        ok_ref = ref is not None and resolved(ref)
-        ratio = (f"{f['snr_vs_grpo']:.2f} ± {f['snr_vs_grpo_se']:.2f}" if grpo is not None and resolved(grpo) else "unresolved")
+        f = {k: float(r.get(k) or "nan") for k in ("tokens", "judge_tokens", "cosine", "cosine_se", "snr", "snr_se", "align", "align_se")}
+        ok_dir = truthy(r["direction_resolved"])
         lines.append(f"| {r['env']} | {os.path.basename(r['policy'])} | {r['method']} | {f['tokens']:.0f} | {f['judge_tokens']:.0f} | "
-                     f"{f['snr']:.4f} ± {f['snr_se']:.4f} | {ratio} | "
-                     + (f"{f['cosine']:.3f} ± {f['cosine_se']:.3f} | {f['align']:.2f} ± {f['align_se']:.2f}" if ok_ref
+                     f"{f['snr']:.4f} ± {f['snr_se']:.4f}{'' if truthy(r['snr_resolved']) else ' (unresolved)'} | "
+                     f"{fmt_ratio(r, 'snr_vs_grpo', truthy(r['ratio_resolved'])) if r['method'] != 'grpo' else '1'} | {r['ratio_batches']} | "
+                     + (f"{f['cosine']:.3f} ± {f['cosine_se']:.3f} | {f['align']:.2f} ± {f['align_se']:.2f}" if ok_dir
                         else "unresolved | unresolved")
                      + f" | {r['batches']} | {r['ref_batches']} | {r['ref_k']} | {r['ref_turns']} |")
     lines += exact_section(rows)
@@ -257,12 +286,10 @@ def exact_section(rows: list[dict]) -> list[str]:
     for r in rows:
         if not r.get("snr_exact"):
             continue
-        grpo = next((x for x in rows if (x["env"], x["policy"], x["method"]) == (r["env"], r["policy"], "grpo")), None)
-        if grpo is None:
-            continue
+        grpo = next(x for x in rows if (x["env"], x["policy"], x["method"]) == (r["env"], r["policy"], "grpo"))
         K, snr, share, g_snr = int(r["ref_k"]), float(r["snr"]), float(r["mc_share"]), float(grpo["snr"])
-        ok = g_snr > 2 * float(grpo["snr_se"])          # a ratio to GRPO needs GRPO's snr resolved
-        x_grpo = (f"{float(r['exact_vs_grpo']):.2f} ± {float(r['exact_vs_grpo_se']):.2f}" if ok else "unresolved")
+        ok = truthy(r["ratio_resolved"])                  # the measured K: the reference's and GRPO's snr resolved
+        x_exact = fmt_ratio(r, "exact_vs_grpo", truthy(r["exact_resolved"]))
         roll = float(grpo["tokens"])                       # the same rollouts: the continuations are the rest
         cont = float(r["tokens"]) - roll
         if not out:
@@ -270,21 +297,25 @@ def exact_section(rows: list[dict]) -> list[str]:
                     "The reference's batches split their continuations in two halves; their difference measures the "
                     "continuations' share of its noise (`mc share`, ± jackknife SE), which falls as 1/K'. So its snr at any K' "
                     "follows from the measured one (`measured` marks K' = K; the others are that 1/K law, not runs); K' = ∞ is "
-                    "credit by the exact per-turn advantage A^π(s_t, a_t), the quantity every per-turn credit method estimates. × GRPO: over GRPO's "
-                    "snr on the same batches; tokens × GRPO: policy tokens per batch (rollouts + continuations) over GRPO's. "
+                    "credit by the exact per-turn advantage A^π(s_t, a_t), the quantity every per-turn credit method estimates. "
+                    "× GRPO: over GRPO's snr on the same batches (K' = ∞: with its 95% BCa interval over them; shown only where "
+                    "the K' = ∞ snr and GRPO's are resolved, by the rule above; the 1/K' rows in between are point values of "
+                    "the same law). tokens × GRPO: policy tokens per batch (rollouts + continuations) over GRPO's. "
                     "Averaging n GRPO batches multiplies its snr by n, so credit pays per token only where snr × GRPO "
                     "exceeds tokens × GRPO.", ""]
         out += [f"**{r['env']}, {os.path.basename(r['policy'])}** (reference: K = {K}, "
-                f"{'every turn' if r['ref_turns'] == '0' else r['ref_turns'] + ' turns per trajectory'}, {r['ref_batches']} batches; "
-                f"mc share {share:.2f} ± {float(r['mc_share_se']):.2f}; GRPO snr {g_snr:.4f} ± {float(grpo['snr_se']):.4f}; "
-                f"exact per-turn advantages × GRPO {x_grpo}):", "",
+                f"{'every turn' if r['ref_turns'] == '0' else r['ref_turns'] + ' turns per trajectory'}, {r['batches']} batches, "
+                f"{r['ratio_batches']} paired with GRPO's; mc share {share:.2f} ± {float(r['mc_share_se']):.2f}; GRPO snr "
+                f"{g_snr:.4f} ± {float(grpo['snr_se']):.4f}; exact per-turn advantages: snr {float(r['snr_exact']):.4f} ± "
+                f"{float(r['snr_exact_se']):.4f}, × GRPO {x_exact}):", "",
                 "| K' | snr | × GRPO | policy tokens / batch | tokens × GRPO |", "|---|---|---|---|---|"]
         for k2 in (1, 2, 4, 8, math.inf):
             v = at_k(snr, share, K, k2)
             tok = roll + cont * k2 / K if math.isfinite(k2) else math.inf
-            out.append(f"| {k2}{' (measured)' if k2 == K else ''} | {v:.4f} | {f'{v / g_snr:.2f}' if ok else 'unresolved'} | "
+            out.append(f"| {k2}{' (measured)' if k2 == K else ''} | {v:.4f} | "
+                       f"{fmt_ratio(r, 'snr_vs_grpo', ok) if k2 == K else (format(v / g_snr, '.2f') if ok else 'unresolved')} | "
                        f"{tok:.0f} | {tok / roll:.1f} |" if math.isfinite(k2) else
-                       f"| ∞ | {v:.4f} ± {float(r['snr_exact_se']):.4f} | {x_grpo} | – | – |")
+                       f"| ∞ | {v:.4f} ± {float(r['snr_exact_se']):.4f} | {x_exact} | – | – |")
         out.append("")
     return out
 
@@ -304,7 +335,7 @@ def main(argv=None) -> None:
     ap.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "prover", "benchmark_gradient"),
                     help="where each batch's gradient is kept (resuming reuses them)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "benchmark_gradient", "benchmark_gradient"))
-    ap.add_argument("--report-only", action="store_true", help="rewrite the md from the csv")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the csv and md from the stored Gram matrices")
     args = ap.parse_args(argv)
     if args.report_only:
         report(args.out + ".csv", args.out + ".md")
@@ -349,9 +380,9 @@ def main(argv=None) -> None:
                 g, tok = cg.batch(t, arm, b, t.run)
                 extra = {}
             judge = sum(t.run.agent.counter[k] for k in JUDGE) - j0
-            return {"grad": g.to(torch.float32), "tokens": tok - judge, "judge_tokens": judge, **extra}
+            return {"arm": arm, "grad": g.to(torch.float32), "tokens": tok - judge, "judge_tokens": judge, **extra}
 
-        def batches(arm: str, n: int) -> list[dict]:
+        def batches(arm: str, n: int) -> None:
             d = os.path.join(folder, slug(arm))
             os.makedirs(d, exist_ok=True)
             files = [os.path.join(d, f"{b}.pt") for b in range(n)]
@@ -361,40 +392,17 @@ def main(argv=None) -> None:
                     waiting.append(b)
             for b in waiting:              # held by another sitting: wait for it (or do it, if that one died)
                 claimed(files[b], lambda: compute(arm, b), wait=True)
-            return [torch.load(f) for f in files]
 
         t0 = time.time()
-        ref = batches(ref_arm, args.ref_batches)
-        arms = {ref_arm: ref, **{m: batches(m, args.repeats) for m in args.methods if m != ref_arm}}   # the reference has a row too
-        allg = ref + [x for m, xs in arms.items() if m != ref_arm for x in xs]
-        G = torch.stack([x["grad"] for x in allg]).to(torch.float64)
-        gram = G @ G.T
-        pos, at = {}, len(ref)
-        for m, xs in arms.items():
-            if m == ref_arm:
-                pos[m] = list(range(len(ref)))
-            else:
-                pos[m] = list(range(at, at + len(xs)))
-                at += len(xs)
-        refi = list(range(len(ref)))
-        mc = {i: x["mc"] for i, x in enumerate(ref)} if all("mc" in x for x in ref) else None
-        rows = []
-        for m, xs in arms.items():
-            st = jackknife(gram, pos[m], refi, mc if m == ref_arm else None)
-            rows.append({"env": args.env, "policy": name, "method": m, "tokens": sum(x["tokens"] for x in xs) / len(xs),
-                         "judge_tokens": sum(x["judge_tokens"] for x in xs) / len(xs), **st, "batches": len(xs),
-                         "ref_batches": args.ref_batches, "ref_k": args.ref_k, "ref_turns": args.ref_turns,
-                         "tasks": args.tasks, "group": args.group})
-        snr_grpo = next(r["snr"] for r in rows if r["method"] == "grpo")
-        for r in rows:
-            r["snr_vs_grpo"] = r["snr"] / snr_grpo if snr_grpo > 0 else float("nan")
-            r["snr_vs_grpo_se"] = ratio_se(gram, pos[r["method"]], pos["grpo"])
-            if "snr_exact" in r:
-                r["exact_vs_grpo"] = r["snr_exact"] / snr_grpo if snr_grpo > 0 else float("nan")
-                r["exact_vs_grpo_se"] = ratio_se(gram, pos[r["method"]], pos["grpo"], lambda ix: exact_snr(gram, ix, mc))
-            print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
-                   if k in ("method", "tokens", "cosine", "snr", "align", "snr_vs_grpo")})
-        merge(args.out + ".csv", rows)
+        batches(ref_arm, args.ref_batches)
+        for m in args.methods:
+            if m != ref_arm:                # the reference has a row too
+                batches(m, args.repeats)
+        # the study is every batch kept for this policy (earlier sittings' too), not this sitting's
+        meta = {"env": args.env, "policy": name, "tasks": args.tasks, "group": args.group, "ref_arm": ref_arm,
+                "ref_k": args.ref_k, "ref_turns": args.ref_turns}
+        save_store(store_path(args.out, args.env, name, args.tasks, args.group),
+                   build_store(folder, meta))
         print(f"{args.env} {name}: {time.time() - t0:.0f} s")
     report(args.out + ".csv", args.out + ".md")
     print(f"wrote {args.out}.md and {args.out}.csv")

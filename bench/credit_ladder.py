@@ -22,9 +22,9 @@ Per regime and method, against GRPO on the same seeds:
               mean (fixed by the regime, not the horizon); censored runs sort last, reached k of n shown
     Δ AUC     method − GRPO: mean, 95% t CI, exact sign-flip p
     credit efficiency   E = mean(AUC_m − AUC_grpo) / mean(AUC_oracle − AUC_grpo)
-              (1 = all of perfect credit's gain, 0 = none of it); its 95% CI is a paired percentile
-              bootstrap over seeds (10,000 resamples, seed 0): a ratio of means has no t interval,
-              and it is only meaningful where oracle's own gain is clearly above 0
+              (1 = all of perfect credit's gain, 0 = none of it); its 95% interval is Fieller's for
+              a ratio of paired means (bench/paired.py), unbounded where oracle's own gain is not
+              clearly above 0
     E > ½     d_s = (AUC_m − AUC_grpo) − ½ (AUC_oracle − AUC_grpo): is E above one half? mean, t CI
               and the one-sided exact sign-flip p of d (alternative: greater)
     tokens    generated tokens per update (rollout + verification + judge) over GRPO's, same seeds
@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
-import random
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -68,20 +68,20 @@ def parse_regime(r: str) -> tuple[str, float]:
     return cell, mult
 
 
-def efficiency(m: dict, g: dict, o: dict, n_boot: int = 10_000, seed: int = 0) -> dict | None:
-    """E = mean(m − g) / mean(o − g) over the seeds all three have, with a paired percentile bootstrap CI."""
+def efficiency(m: dict, g: dict, o: dict) -> dict | None:
+    """E = mean(m − g) / mean(o − g) over the seeds all three have, with Fieller's 95% interval for
+    that ratio of paired means (bench/paired.py: it holds its level at n = 6–10, where a bootstrap of
+    the ratio does not) and the range of E with each seed left out in turn (`loo`: one seed that
+    collapsed can carry E)."""
     seeds = sorted(set(m) & set(g) & set(o))
-    if len(seeds) < 2:
+    if len(seeds) < 3:
         return None
     def ratio(ss):
-        num = sum(m[s] - g[s] for s in ss)
         den = sum(o[s] - g[s] for s in ss)
-        return num / den if den else float("nan")
-    est = ratio(seeds)
-    rng = random.Random(seed)
-    boots = sorted(x for x in (ratio([rng.choice(seeds) for _ in seeds]) for _ in range(n_boot)) if x == x)
-    lo, hi = boots[int(0.025 * (len(boots) - 1))], boots[int(0.975 * (len(boots) - 1))]
-    return {"mean": est, "lo": lo, "hi": hi, "n": len(seeds)}
+        return sum(m[s] - g[s] for s in ss) / den if den else float("nan")
+    lo, hi = paired.fieller([m[s] - g[s] for s in seeds], [o[s] - g[s] for s in seeds])
+    loo = [ratio([s for s in seeds if s != x]) for x in seeds]
+    return {"mean": ratio(seeds), "lo": lo, "hi": hi, "n": len(seeds), "loo": (min(loo), max(loo))}
 
 
 def half_test(m: dict, g: dict, o: dict) -> dict | None:
@@ -95,8 +95,13 @@ def half_test(m: dict, g: dict, o: dict) -> dict | None:
     return out
 
 
-def fmt_eff(e: dict | None) -> str:
-    return "–" if not e else f"{e['mean']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}] (n={e['n']})"
+def fmt_eff(e: dict | None, loo: bool = False) -> str:
+    """'0.33 [0.03, 0.72] (n=10)' (Fieller), 'unbounded' where the oracle's gain is not clearly
+    away from 0; `loo` adds the leave-one-seed-out range."""
+    if not e:
+        return "–"
+    band = f"[{e['lo']:.2f}, {e['hi']:.2f}]" if math.isfinite(e["lo"]) else "[unbounded]"
+    return f"{e['mean']:.2f} {band} (n={e['n']})" + (f"; leave-one-out {e['loo'][0]:.2f}–{e['loo'][1]:.2f}" if loo else "")
 
 
 def report(args, jobs) -> str:
@@ -157,7 +162,7 @@ def report(args, jobs) -> str:
              f"same seed × GRPO's own (never: {args.iters + 1}; the target moves with the horizon); half-way = median "
              "updates until p is half the way from the warm start to exact credit's final mean (fixed by the regime; "
              "censored runs sort last; reached k of n); "
-             "credit efficiency E = mean(AUC − AUC_grpo) / mean(AUC_oracle − AUC_grpo), 95% paired bootstrap CI; "
+             "credit efficiency E = mean(AUC − AUC_grpo) / mean(AUC_oracle − AUC_grpo), Fieller's 95% interval for that ratio of paired means; "
              "'E > ½' = the paired test of (AUC − AUC_grpo) − ½(AUC_oracle − AUC_grpo), one-sided (greater); mean [95% t CI] (n) "
              f"elsewhere; p exact sign-flip (Δ AUC: two-sided), Holm over the table's {len(adj)} tests (every Δ AUC and every E > ½ "
              "test); tokens = generated tokens per update × GRPO's on the same seeds: the mean of per-seed ratios "

@@ -18,7 +18,8 @@ from the truth labels); policy tokens (rollouts + verification) and judge tokens
 answer), both in the policy tokenizer's ids, per update.
 
 Per arm against GRPO on the same seeds: E = mean(AUC_m − AUC_grpo) / mean(AUC_oracle − AUC_grpo)
-with a paired bootstrap CI (bench/credit_ladder.py), and the tests named by --tests:
+with Fieller's 95% interval and its leave-one-seed-out range (bench/credit_ladder.py), and the
+tests named by --tests:
     half:ARM       one-sided: E > ½, i.e. mean of (AUC_m − AUC_g) − ½(AUC_o − AUC_g) > 0
     beats:A>B      one-sided: mean of AUC_A − AUC_B > 0
 exact sign-flip p (scipy.stats.permutation_test, bench/paired.py), Holm over exactly the tests
@@ -107,7 +108,7 @@ def report(args, jobs) -> str:
             sp = phase.speed(res, cell, mult, me, args.iters) if me != "grpo" else {}
             lines.append(f"| {me} | {len(rs)} | {paired.fmt(paired.summary(list(by[me].values())), digits=3)} | "
                          f"{paired.fmt(d, digits=3, sign=True) if d else '–'} | "
-                         f"{paired.fmt(paired.summary(list(sp.values())), digits=2) if len(sp) > 1 else '–'} | {ladder.fmt_eff(e)} | "
+                         f"{paired.fmt(paired.summary(list(sp.values())), digits=2) if len(sp) > 1 else '–'} | {ladder.fmt_eff(e, loo=True)} | "
                          f"{fmt_rate(mean('judge_hit'))} | {fmt_rate(mean('credited_pivotal'))} | "
                          f"{fmt_rate(mean('credited_other'))} | {format(paired.mean(ratio), '.2f') if ratio else '–'} | "
                          f"{'–' if jt is None else format(jt, '.0f')} |")
@@ -123,6 +124,8 @@ def report(args, jobs) -> str:
             for t, v in tests.items():
                 lines.append(f"| {t} | {paired.fmt(v, digits=3, sign=True) if v else '–'} | "
                              f"{paired.fmt_p(v.get('p')) if v else '–'} | {paired.fmt_p(adj.get(t)) if v else '–'} |")
+        if args.goal_arm:
+            lines += goal_lines(args, tests, adj, pt)
         lines.append("")
     os.makedirs(os.path.dirname(os.path.join(args.out, args.name)), exist_ok=True)
     with open(os.path.join(args.out, f"{args.name}.csv"), "w", newline="") as f:
@@ -135,7 +138,11 @@ def report(args, jobs) -> str:
             "share of its proposals whose segment holds the examined success's key turn. Discrimination from the "
             "truth labels: the share of proposals credited, given they hold the key turn / given they do not. "
             "Tokens: the policy tokenizer's ids; policy = rollouts + verification (× GRPO's on the same seeds, "
-            "mean of per-seed ratios), judge = its prompts + answers per update.\n")
+            "mean of per-seed ratios), judge = its prompts + answers per update. Credit efficiency E = mean(Δ AUC) / "
+            "mean(oracle's Δ AUC) with Fieller's 95% interval for that ratio of paired means (it holds its level at "
+            "this n; unbounded where oracle's gain is not clearly above 0) and the range of E with each seed left out "
+            "in turn. Arms are named as `--methods` gives them: `prover-plus:lam=3,verify_k=4` is prover-plus with "
+            "λ = 3 and K = 4, not the paper's ProVer.\n")
     text = "\n".join(lines)
     with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
         f.write(f"# What ProVer's parts buy\n\nCommand: `{' '.join(['python', 'bench/credit_parts.py', *sys.argv[1:]])}`\n\n"
@@ -143,6 +150,22 @@ def report(args, jobs) -> str:
     if args.window and window:
         plot_window(args, window)
     return head + "\n" + text
+
+
+def goal_lines(args, tests: dict, adj: dict, pt: dict) -> list[str]:
+    """The PLAN's goal, condition by condition: every planned test rejects at Holm p < 0.05, and the
+    goal arm's policy tokens are at most --goal-tokens × GRPO's (mean of per-seed ratios)."""
+    out = ["", f"The plan's goal, condition by condition (met only if every line says yes):", ""]
+    for t in tests:
+        p = adj.get(t)
+        out.append(f"- test `{t}` rejects at Holm p < 0.05: {'yes' if p is not None and p < 0.05 else 'no'} "
+                   f"(Holm p {paired.fmt_p(p)})")
+    r = [pt[args.goal_arm][s] / pt["grpo"][s] for s in pt.get(args.goal_arm, {})
+         if s in pt.get("grpo", {}) and pt[args.goal_arm][s] and pt["grpo"][s]]
+    x = paired.mean(r) if r else float("nan")
+    out.append(f"- `{args.goal_arm}`'s policy tokens ≤ {args.goal_tokens:g}× GRPO's: {'yes' if x <= args.goal_tokens else 'no'} "
+               f"({x:.2f}×)")
+    return out
 
 
 def plot_window(args, window):
@@ -181,6 +204,8 @@ def main():
     p.add_argument("--regimes", nargs="+", required=True, help="CELL@LR, as bench/credit_ladder.py")
     p.add_argument("--tests", nargs="*", default=[], help="the family: half:ARM and beats:ARM_A>ARM_B (one-sided)")
     p.add_argument("--window", action="store_true", help="also draw NAME_window.png")
+    p.add_argument("--goal-arm", default=None, help="state the PLAN's goal condition by condition for this arm")
+    p.add_argument("--goal-tokens", type=float, default=1.3, help="the goal's cap on the arm's policy tokens × GRPO's")
     args = phase.parse_common(p, ["grpo", "oracle"], list(range(10, 20)), 15, "credit_parts/credit_parts",
                               "credit_parts", ["grpo", "oracle"])
     args.regime_list = [ladder.parse_regime(r) for r in args.regimes]

@@ -45,7 +45,8 @@ REGIMES = ["rooms=4", "rooms=4,p_key=0.6,p_nokey=0.4", "rooms=4,p_key=0.55,p_nok
            "rooms=4,p_key=0.55,p_nokey=0.45,expert_neutral=0.3", "rooms=4,p_key=0.55,p_nokey=0.45,expert_neutral=0.6",
            "rooms=8,p_key=0.6,p_nokey=0.4,expert_neutral=0.6"]
 KS = [1, 4, 8, 16]
-COLUMNS = ["regime", "seed", "proposals", "hit_rate", "a_pivotal", "a_other", "a_control", "oracle_speed", "oracle_fast_seeds"] + \
+COLUMNS = ["regime", "seed", "proposals", "hit_rate", "a_pivotal", "a_other", "a_control", "oracle_speed", "oracle_speed_lo",
+           "oracle_speed_hi", "oracle_fast_seeds", "oracle_clearly_faster"] + \
           [f"{k}_k{K}" for K in KS for k in ("cred_pivotal", "cred_other", "cred_control")]
 
 
@@ -57,22 +58,29 @@ def p_credit(v_pre: float, v_post: float, K: int) -> float:
     return float(sum(a[i] * cb[i - 1] for i in range(1, K + 1)))
 
 
-def phase_speed(cell: str, path: str) -> tuple[str, str]:
-    """(oracle's mean speed × GRPO, 'k of n' seeds ≤ 0.5) at GRPO's best multiplier by AUC, or ('', '')."""
+def phase_speed(cell: str, path: str) -> dict:
+    """Exact credit's speed in the phase screen at GRPO's best multiplier by AUC: {"speed": mean of
+    the seeds' oracle updates × GRPO's, "lo"/"hi": its 95% t CI, "fast": 'k of n' seeds ≤ 0.5,
+    "clearly": mean ≤ 0.5 and the CI's upper end below 1 (≥ 2× faster on average, and faster at
+    all beyond doubt)}; {} without oracle runs of the cell."""
+    import paired
     if not os.path.exists(path):
-        return "", ""
+        return {}
     rows = [r for r in csv.DictReader(open(path, newline="")) if r["cell"] == cell]
     auc: dict = {}
     for r in rows:
         if r["method"] == "grpo":
             auc.setdefault(r["lr_mult"], []).append(float(r["auc"]))
     if not auc:
-        return "", ""
+        return {}
     best = max(auc, key=lambda m: sum(auc[m]) / len(auc[m]))
     sp = [float(r["speed_ratio"]) for r in rows if r["lr_mult"] == best and r["method"] == "oracle" and r["speed_ratio"]]
     if not sp:
-        return "", ""
-    return f"{sum(sp) / len(sp):.2f}", f"{sum(x <= 0.5 for x in sp)} of {len(sp)}"
+        return {}
+    m = paired.summary(sp)
+    lo, hi = m.get("lo", float("nan")), m.get("hi", float("nan"))
+    return {"speed": f"{m['mean']:.2f}", "lo": f"{lo:.2f}", "hi": f"{hi:.2f}", "fast": f"{sum(x <= 0.5 for x in sp)} of {len(sp)}",
+            "clearly": str(m["mean"] <= 0.5 and hi < 1.0)}
 
 
 def measure(cell: str, seed: int, batches: int, out_dir: str, cache: str) -> list[dict]:
@@ -135,7 +143,6 @@ def main(argv=None) -> None:
     rows = []
     phase_csv = os.path.join(ROOT, "results", "credit_phase", "credit_phase.csv")
     for cell in args.regimes:
-        speed, fast = phase_speed(cell, phase_csv)
         for seed in tqdm(args.seeds, desc=cell):
             if (cell, seed) in done:
                 rows.append(done[(cell, seed)])
@@ -148,8 +155,7 @@ def main(argv=None) -> None:
                    "hit_rate": f"{len(piv) / len(props):.4f}" if props else "",
                    "a_pivotal": f"{sum(p['post'] - p['pre'] for p in piv) / len(piv):.4f}" if piv else "",
                    "a_other": f"{sum(p['post'] - p['pre'] for p in oth) / len(oth):.4f}" if oth else "",
-                   "a_control": f"{sum(p['post'] - p['pre'] for p in ctl) / len(ctl):.4f}" if ctl else "",
-                   "oracle_speed": speed, "oracle_fast_seeds": fast}
+                   "a_control": f"{sum(p['post'] - p['pre'] for p in ctl) / len(ctl):.4f}" if ctl else ""}
             for K in KS:
                 for name, ps in (("cred_pivotal", piv), ("cred_other", oth), ("cred_control", ctl)):
                     row[f"{name}_k{K}"] = f"{sum(p_credit(p['pre'], p['post'], K) for p in ps) / len(ps):.4f}" if ps else ""
@@ -165,7 +171,15 @@ def mean_of(rows: list[dict], key: str) -> float | None:
 
 
 def write(args, rows: list[dict]) -> None:
+    """The csv and md from the measured rows; exact credit's speed is read from the phase screen's
+    csv here, for every row (so a resumed study's old rows follow it too)."""
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    phase_csv = os.path.join(ROOT, "results", "credit_phase", "credit_phase.csv")
+    speeds = {reg: phase_speed(reg, phase_csv) for reg in dict.fromkeys(r["regime"] for r in rows)}
+    for r in rows:
+        sp = speeds[r["regime"]]
+        r.update({"oracle_speed": sp.get("speed", ""), "oracle_speed_lo": sp.get("lo", ""), "oracle_speed_hi": sp.get("hi", ""),
+                  "oracle_fast_seeds": sp.get("fast", ""), "oracle_clearly_faster": sp.get("clearly", "")})
     with open(args.out + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
@@ -173,15 +187,17 @@ def write(args, rows: list[dict]) -> None:
     regimes = list(dict.fromkeys(r["regime"] for r in rows))
     f = lambda x, d=2: "–" if x is None else f"{x:.{d}f}"      # noqa: E731
     lines = ["# ProVer's operating window in keydoor", "",
-             f"Command: `python bench/credit_window.py {' '.join(sys.argv[1:])}`. At each regime's warm start (seeds "
-             "pooled: each seed its own warm start and rollouts), no training. hit: share of prover-plus's built-in judge's "
+             f"Command: `python bench/credit_window.py {' '.join(sys.argv[1:])}`. At each regime's warm start (each seed its "
+             "own warm start and rollouts; a cell is the mean over seeds of each seed's mean, proposals are summed), no training. hit: share of prover-plus's built-in judge's "
              "proposals whose segment holds the key turn. A: mean exact V(after) − V(before) of the proposed segments that "
              "hold it / that do not, and of a control: one turn drawn at random among the judged success's turns that are "
              "not the key turn (so discrimination is measured even where the judge never misses). P(cred) at K: the "
              "chance that ProVer credits them (Δ̂ > 0 with K independent continuations per side, from the exact values); "
              "disc. = P(cred | pivotal) − P(cred | control). Exact credit: "
-             "oracle's speed × GRPO's updates and the seeds ≥ 2× faster, from the phase screen at GRPO's best learning "
-             "rate (– = no exact-credit runs of the cell in the screen). Proposals: summed over seeds.", "",
+             "oracle's speed × GRPO's updates [95% t CI over seeds] and the seeds ≥ 2× faster, from the phase screen at GRPO's "
+             "best learning rate (– = no exact-credit runs of the cell in the screen); **bold**: ≥ 2× faster on average "
+             "with the CI's upper end below 1 (the regimes counted as 'exact credit ≥ 2× faster'; a regime whose CI "
+             "holds 1 is not).", "",
              "| regime | seeds | proposals | exact credit: speed (≥ 2× seeds) | judge hit | A pivotal / other / control | "
              + " | ".join(f"K={K}: P(cred) piv / other / control (disc.)" for K in KS) + " |",
              "|---|---|---|---|---|---|" + "---|" * len(KS)]
@@ -191,9 +207,11 @@ def write(args, rows: list[dict]) -> None:
         for K in KS:
             a, b, c = (mean_of(rs, f"cred_{k}_k{K}") for k in ("pivotal", "other", "control"))
             cells.append(f"{f(a)} / {f(b)} / {f(c)} ({f(a - c) if a is not None and c is not None else '–'})")
-        sp = rs[0]["oracle_speed"]
+        r0 = rs[0]
+        sp = (f"{r0['oracle_speed']} [{r0['oracle_speed_lo']}, {r0['oracle_speed_hi']}] ({r0['oracle_fast_seeds']})"
+              if r0["oracle_speed"] else "–")
         lines.append(f"| {reg} | {len(rs)} | {sum(int(r['proposals']) for r in rs)} | "
-                     f"{sp + ' (' + rs[0]['oracle_fast_seeds'] + ')' if sp else '–'} | {f(mean_of(rs, 'hit_rate'))} | "
+                     f"{'**' + sp + '**' if r0['oracle_clearly_faster'] == 'True' else sp} | {f(mean_of(rs, 'hit_rate'))} | "
                      f"{f(mean_of(rs, 'a_pivotal'), 3)} / {f(mean_of(rs, 'a_other'), 3)} / {f(mean_of(rs, 'a_control'), 3)} | "
                      + " | ".join(cells) + " |")
     open(args.out + ".md", "w").write("\n".join(lines) + "\n")

@@ -24,6 +24,12 @@ each sign flipped independently (exact for N ≤ 20).
 Multiplicity: `holm` (Holm's step-down, written here: scipy has no Holm) adjusts the p of one family,
 `holm_family` a dict of tests; each table's generator names its family.
 
+A ratio of means over the same seeds (credit efficiency E = mean(m − g) / mean(o − g)): `fieller`,
+the Fieller interval for mean(x)/mean(y) of paired samples — the θ with
+(x̄ − θȳ)² ≤ t²_{n−1} · (s_xx − 2θ s_xy + θ² s_yy)/n — exact under bivariate normality at any n
+(a percentile bootstrap of a ratio under-covers at n = 6–10: tests/test_paired.py measures both);
+unbounded when ȳ is not clearly away from 0 (then it says so, never a finite band).
+
 Leaves out: one-sided intervals, and one-sided tests in the tables (`sign_flip_p` takes
 `alternative`; the callers test any difference), CIs from the permutation distribution, corrections
 other than Holm, and any pairing across benchmarks.
@@ -53,6 +59,26 @@ def bootstrap_ci(xs: list[float], n_boot: int = 10_000, seed: int = 0, level: fl
 def t_quantile(q: float, df: float) -> float:
     """The q-quantile of Student's t with `df` (possibly fractional: a Welch ν) degrees of freedom."""
     return float(stats.t.ppf(q, df))
+
+
+def fieller(x: list[float], y: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Fieller's interval for mean(x) / mean(y) over paired samples (n ≥ 3): the θ solving
+    a·θ² + b·θ + c ≤ 0 with a = ȳ² − q·s_yy, b = −2(x̄ȳ − q·s_xy), c = x̄² − q·s_xx, q = t²/n
+    (s the sample (co)variances, t the Student-t quantile at n − 1). a > 0 (ȳ clearly away from 0)
+    gives a finite interval; otherwise it is unbounded: (−inf, inf)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(x)
+    c_xy = np.cov(x, y, ddof=1)
+    q = t_quantile((1 + level) / 2, n - 1) ** 2 / n
+    mx, my = float(x.mean()), float(y.mean())
+    a = my * my - q * c_xy[1, 1]
+    b = -2 * (mx * my - q * c_xy[0, 1])
+    c = mx * mx - q * c_xy[0, 0]
+    disc = b * b - 4 * a * c
+    if a <= 0 or disc < 0:
+        return -math.inf, math.inf
+    r = math.sqrt(disc)
+    return (-b - r) / (2 * a), (-b + r) / (2 * a)
 
 
 def t_ci(xs: list[float], level: float = 0.95) -> tuple[float, float]:

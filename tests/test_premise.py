@@ -74,12 +74,13 @@ def test_summary_counts_acceptance_per_arm_and_the_progress_shares():
             {"kind": "trajectory", "turns": "20", "progress_turns": "5", "won": "0"},
             {"kind": "trajectory", "turns": "10", "progress_turns": "5", "won": "1"}]
     for arm, acc in (("judge", [1, 1, 0, 1]), ("random", [0, 1, 0, 0]), ("best", [1, 1, 1, 1])):
-        rows += [{"kind": "proposal", "arm": arm, "accept": str(a), "segment_value": "0.25", "progress": "1",
+        rows += [{"kind": "proposal", "arm": arm, "accept": str(a), "segment_value": "0.25" if a else "0.0", "progress": "1",
                   "hit": "" if arm == "best" else "1"} for a in acc]
     s = premise.summarize(rows)
     assert s["success"] == pytest.approx(2 / 3) and s["idle_success"] == pytest.approx(1 - 8 / 20)
     assert s["progress_failure"] == pytest.approx(5 / 20) and s["judge"]["accept"] == 0.75
     assert s["random"]["accept"] == 0.25 and s["ratio"] == pytest.approx(3.0) and s["best"]["n"] == 4
+    assert premise.summarize(rows, margin=0.25)["judge"]["accept"] == 0.0      # Δ̂ = 0.25 does not clear 0.25
 
 
 def test_a_regime_is_train_flags_and_a_bad_one_is_one_error_line():

@@ -151,21 +151,19 @@ def test_gradient_ladder_statistics_recover_known_signal_and_noise():
     def batches(mean, sigma2):
         return [mean + torch.randn(d, generator=gen, dtype=torch.float64) * (sigma2 / d) ** 0.5 for _ in range(n)]
     ref, m1, m2 = batches(g, 4.0), batches(g, 9.0), batches(tilted, 1.0)
-    G = torch.stack(ref + m1 + m2)
-    gram = G @ G.T
-    r, a, b = list(range(n)), list(range(n, 2 * n)), list(range(2 * n, 3 * n))
-    s_ref, s1, s2 = bg.jackknife(gram, r, r), bg.jackknife(gram, a, r), bg.jackknife(gram, b, r)
-    assert s_ref["snr"] == pytest.approx(1 / 4, rel=0.25) and s1["snr"] == pytest.approx(1 / 9, rel=0.35)
-    assert s2["snr"] == pytest.approx(1.0, rel=0.2)
-    assert s_ref["align"] == pytest.approx(1.0, abs=0.1) and s1["align"] == pytest.approx(1.0, abs=0.2)
-    assert s2["align"] == pytest.approx(0.6, abs=0.1)
-    assert s1["cosine"] == pytest.approx((1 / 10) ** 0.5, abs=0.06)          # √(snr/(1+snr)) at σ² = 9
-    assert s2["cosine"] == pytest.approx(0.6 * 0.5 ** 0.5, abs=0.06)
-    assert all(0 < s["snr_se"] < 0.5 for s in (s_ref, s1, s2)) and all(0 < s["align_se"] < 0.5 for s in (s1, s2))
+    gram = (torch.stack(ref + m1 + m2) @ torch.stack(ref + m1 + m2).T).numpy()
+    r, a, b = ({k: o + k for k in range(n)} for o in (0, n, 2 * n))
+    (s_ref, se_ref), (s1, se1), (s2, se2) = (bg.snr_jk(gram, list(x.values())) for x in (r, a, b))
+    assert s_ref == pytest.approx(1 / 4, rel=0.25) and s1 == pytest.approx(1 / 9, rel=0.35) and s2 == pytest.approx(1.0, rel=0.2)
+    d_ref, d1, d2 = (bg.direction_jk(gram, x, r) for x in (r, a, b))
+    assert d_ref["align"] == pytest.approx(1.0, abs=1e-12) and d_ref["align_se"] == pytest.approx(0.0, abs=1e-9)
+    assert d1["align"] == pytest.approx(1.0, abs=0.2) and d2["align"] == pytest.approx(0.6, abs=0.1)
+    assert d1["cosine"] == pytest.approx((1 / 10) ** 0.5, abs=0.06)          # √(snr/(1+snr)) at σ² = 9
+    assert d2["cosine"] == pytest.approx(0.6 * 0.5 ** 0.5, abs=0.06)
+    assert all(0 < se < 0.5 for se in (se_ref, se1, se2)) and all(0 < x["align_se"] < 0.5 for x in (d1, d2))
     zero = torch.stack(ref + m1[:-1] + [torch.zeros(d, dtype=torch.float64)])     # a batch with one outcome: ĝ = 0
-    s0 = bg.jackknife(zero @ zero.T, a, r)
-    assert s0["cosine"] == pytest.approx(s1["cosine"] * (n - 1) / n, abs=0.01)    # counted as cosine 0, not NaN
-    assert s_ref["align"] == pytest.approx(1.0, abs=1e-12) and s_ref["align_se"] == pytest.approx(0.0, abs=1e-9)   # the reference against itself
+    d0 = bg.direction_jk((zero @ zero.T).numpy(), a, r)
+    assert d0["cosine"] == pytest.approx(d1["cosine"] * (n - 1) / n, abs=0.01)    # counted as cosine 0, not NaN
 
 
 def test_exact_snr_takes_out_exactly_the_continuations_noise():
@@ -189,17 +187,62 @@ def test_exact_snr_takes_out_exactly_the_continuations_noise():
         mc[b] = float(((g1 - g2) ** 2).sum() / 4)
         grpo.append(g + s + noise(3.0))
     G = torch.stack(ref + grpo)
-    gram = G @ G.T
-    r, a = list(range(n)), list(range(n, 2 * n))
-    st = bg.jackknife(gram, r, r, mc)
-    assert st["snr"] == pytest.approx(1 / 5, rel=0.3)
-    assert st["mc_share"] == pytest.approx(0.8, abs=0.05) and st["snr_exact"] == pytest.approx(1.0, rel=0.3)
-    assert 0 < st["snr_exact_se"] < 0.5
-    ratio = bg.exact_snr(gram, r, mc) / bg.jackknife(gram, a, r)["snr"]     # exact credit over GRPO: 1 / (1/4)
-    assert ratio == pytest.approx(4.0, rel=0.35) and 0 < bg.ratio_se(gram, r, a, lambda ix: bg.exact_snr(gram, ix, mc)) < 2
+    gram = (G @ G.T).numpy()
+    r, a = {k: k for k in range(n)}, {k: n + k for k in range(n)}
+    snr, _ = bg.snr_jk(gram, list(r.values()))
+    ex, ex_se = bg.snr_jk(gram, list(r.values()), mc)
+    assert snr == pytest.approx(1 / 5, rel=0.3) and ex == pytest.approx(1.0, rel=0.3) and 0 < ex_se < 0.5
+    pr = bg.paired_ratio(gram, r, a, mc)                 # exact credit over GRPO: 1 / (1/4)
+    assert pr["ratio"] == pytest.approx(4.0, rel=0.35) and 0 < pr["ratio_se"] < 2 and pr["ratio_batches"] == n
+    assert pr["ratio_lo"] < pr["ratio"] < pr["ratio_hi"]
     # paired: GRPO's batch k shares its rollouts with the reference's batch k; align leaves those pairs
     # out, so it stays ≈ 1 (with them in, s would count twice: |s|² = 1 against |g|² = 1)
-    assert bg.jackknife(gram, a, r)["align"] == pytest.approx(1.0, abs=0.15)
+    assert bg.direction_jk(gram, a, r)["align"] == pytest.approx(1.0, abs=0.15)
+
+
+def _fake_cache(folder, plan, seed=0):
+    """Batch files as benchmark_gradient's sittings keep them: plan = [(arm, batch index), ...] in the
+    order the sittings made them; batch b of every arm shares a rollout noise (paired), as real ones do."""
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randn(500, generator=gen)
+    shared = {b: torch.randn(500, generator=torch.Generator().manual_seed(100 + b)) for b in range(80)}
+    scale = {"grpo": 4.0, "gigpo": 2.0, "prover": 3.0, "vine:vine_k=2,vine_turns=0": 1.0}
+    for arm, b in plan:
+        d = os.path.join(folder, arm.replace(":", "_").replace("=", "_").replace(",", "_"))
+        os.makedirs(d, exist_ok=True)
+        noise = torch.randn(500, generator=torch.Generator().manual_seed(hash((arm, b)) % 10**6))
+        x = {"arm": arm, "grad": g * 0.05 + shared[b] * 0.1 + noise * 0.1 * scale[arm], "tokens": 100.0 + b, "judge_tokens": 0.0}
+        if arm.startswith("vine"):
+            x["mc"] = 0.5
+        torch.save(x, os.path.join(d, f"{b}.pt"))
+
+
+def test_gradient_ladder_table_is_the_same_whatever_the_order_of_the_sittings(tmp_path):
+    """Two histories that keep the same batches — GRPO's 60 first, then a 20-batch sitting, or the other
+    way round — give byte-identical tables; every ratio to GRPO is on exactly the batch indices both arms
+    have (the 20-batch arm against GRPO's first 20, not all 60)."""
+    import benchmark_gradient as bg
+    ref = "vine:vine_k=2,vine_turns=0"
+    first = [("grpo", b) for b in range(60)] + [("gigpo", b) for b in range(60)] + [(ref, b) for b in range(40)]
+    second = [("grpo", b) for b in range(20)] + [("prover", b) for b in range(20)]
+    texts = []
+    for k, plan in enumerate((first + second, second[::-1] + first[::-1])):
+        cache, out = tmp_path / f"cache{k}", tmp_path / f"out{k}"
+        _fake_cache(str(cache), plan)
+        meta = {"env": "alfworld", "policy": "P", "tasks": 4, "group": 8, "ref_arm": ref, "ref_k": 2, "ref_turns": 0}
+        bg.save_store(bg.store_path(str(out / "bg"), "alfworld", "P", 4, 8), bg.build_store(str(cache), meta))
+        bg.report(str(out / "bg.csv"), str(out / "bg.md"))
+        texts.append(((out / "bg.csv").read_text(), (out / "bg.md").read_text()))
+    assert texts[0] == texts[1]
+    rows = {r["method"]: r for r in bg.load(str(tmp_path / "out0" / "bg.csv"))}
+    st = bg.load_store(bg.store_path(str(tmp_path / "out0" / "bg"), "alfworld", "P", 4, 8))
+    by = {a: {int(b): i for i, (x, b) in enumerate(zip(st["arm"], st["batch"])) if x == a} for a in ("grpo", "prover")}
+    first20 = [by["grpo"][b] for b in range(20)]
+    want = bg.snr_jk(st["gram"], list(by["prover"].values()))[0] / bg.snr_jk(st["gram"], first20)[0]
+    assert rows["prover"]["ratio_batches"] == "20" and float(rows["prover"]["snr_vs_grpo"]) == pytest.approx(want, abs=1e-4)
+    assert rows["gigpo"]["ratio_batches"] == "60" and rows[ref]["ratio_batches"] == "40" and rows[ref]["snr_exact"]
+    assert float(rows["prover"]["snr_vs_grpo_lo"]) < float(rows["prover"]["snr_vs_grpo"]) < float(rows["prover"]["snr_vs_grpo_hi"])
 
 
 def test_two_sittings_never_make_the_same_batch(tmp_path):
