@@ -34,6 +34,8 @@ update in policy tokens = rollouts + verification, judge tokens, env steps and s
 GRPO, the judge's acceptance rate; the average over envs with its stratified CI and p and the
 change relative to GRPO, the paper's figures beside ours), compare_updates.png / compare_tokens.png
 (held-out success vs updates / tokens) and compare_delta.png (each paired Δ with its CI).
+`--env-flags ENV='FLAGS'` adds train.py flags to one env's runs and warm start (a regime, e.g. a step
+budget), after the common ones; they are part of the protocol its runs are compared under.
 Leaves out: real models and official data (the flags after `--` pass through to train.py).
 """
 from __future__ import annotations
@@ -42,6 +44,7 @@ import argparse
 import csv
 import json
 import os
+import shlex
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -97,7 +100,7 @@ def launch(job, args) -> tuple:
     flags = ["--env", env, *METHOD_ARGS[method], "--seed", str(seed), "--iters", str(args.iters),
              "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
              "--eval-repeats", str(args.eval_repeats), "--threads", "1", "--workers", "1",
-             "--bc-seed", str(bc_seed(args, seed)), "--cache-dir", warm_dir(args), *args.extra]
+             "--bc-seed", str(bc_seed(args, seed)), "--cache-dir", warm_dir(args), *extra_for(args, env)]
     if os.path.exists(os.path.join(d, "checkpoint", "state.json")):
         flags.append("--resume")
     rc, secs = run_train(d, flags, OMP_NUM_THREADS="1")
@@ -114,7 +117,12 @@ def protocol(job, args) -> dict:
     i = METHOD_ARGS[method].index("--judge") + 1 if "--judge" in METHOD_ARGS[method] else None
     return {"env": env, "method": METHOD_ARGS[method][1], "judge": METHOD_ARGS[method][i] if i else None,
             "seed": seed, "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
-            "eval_repeats": args.eval_repeats, "iters": args.iters, "extra": list(args.extra)}
+            "eval_repeats": args.eval_repeats, "iters": args.iters, "extra": extra_for(args, env)}
+
+
+def extra_for(args, env: str) -> list[str]:
+    """The train.py flags after `--` (every run) and then `--env-flags ENV=...` (this env's regime)."""
+    return [*args.extra, *getattr(args, "env_extra", {}).get(env, [])]
 
 
 def job_name(job) -> str:
@@ -195,7 +203,7 @@ def warm_start(env: str, seed: int, args) -> str:
     b = bc_seed(args, seed)
     d = os.path.join(args.out, "runs", f"{env}-warmstart" + (f"-s{b}" if args.warm_start == "per-seed" else ""))
     rc, secs = run_train(d, ["--env", env, "--iters", "0", "--bc-seed", str(b), "--eval-every", "0",
-                             "--cache-dir", warm_dir(args), *args.extra])
+                             "--cache-dir", warm_dir(args), *extra_for(args, env)])
     if rc != 0:
         raise SystemExit(f"compare: the {env} warm start (bc seed {b}) failed (rc={rc}); see {d}/stdout.log")
     return f"{env} warm start ready in {secs:.0f}s"
@@ -437,6 +445,8 @@ def main():
     p.add_argument("--out", default=os.path.join(ROOT, "results", "compare"),
                    help="the study folder: compare.{md,csv}, plots, runs/, summaries/compare/, warmstarts/")
     p.add_argument("--report-only", action="store_true", help="only rebuild the table and plots")
+    p.add_argument("--env-flags", nargs="+", default=[], metavar="ENV=FLAGS",
+                   help="train.py flags for one env's runs only, after the common ones (a regime: alfworld='--max-steps 30')")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: extra train.py flags for every run")
     args = p.parse_args()
     preset = FULL if args.full else DEFAULT
@@ -448,6 +458,12 @@ def main():
         cells = {f"{e}/{m}" for e in args.envs for m in args.methods}
         args.cell_seeds = [c for c in args.cell_seeds if c.split("=")[0] in cells]
     args.extra = [a for a in args.extra if a != "--"]
+    args.env_extra = {}
+    for item in args.env_flags:
+        env, eq, flags = item.partition("=")
+        if not eq or env not in args.envs:
+            raise SystemExit(f"compare: --env-flags {item!r}: ENV=FLAGS with ENV one of --envs ({' '.join(args.envs)})")
+        args.env_extra[env] = shlex.split(flags)
     os.makedirs(args.out, exist_ok=True)
     args.command = " ".join(["python", "bench/compare.py", *sys.argv[1:]])
     jobs = plan(args)

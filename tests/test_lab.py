@@ -499,3 +499,22 @@ def test_holm_adjustment_by_hand():
     """Holm on 4 p-values: sorted 0.01, 0.02, 0.03, 0.5 → 0.04, 0.06, 0.06 (monotone), 0.5; input order kept."""
     assert paired.holm([0.03, 0.5, 0.01, 0.02]) == pytest.approx([0.06, 0.5, 0.04, 0.06])
     assert paired.holm([0.9, 0.8]) == pytest.approx([1.0, 1.0]) and paired.holm([]) == []
+
+
+def test_compare_env_flags_are_one_envs_regime_and_part_of_its_protocol(tmp_path):
+    """bench/compare.py --env-flags: an env's regime flags follow the common ones in that env's runs
+    only, and are in its protocol (a run made without them is another protocol); a flag for an env
+    outside --envs is one error line."""
+    import argparse
+    import compare
+    args = argparse.Namespace(envs=["alfworld", "searchqa"], methods=["grpo"], seeds=[0], iters=2, eval_every=25,
+                              eval_episodes=0, eval_repeats=4, cell_seeds=[], jobs=1, out=str(tmp_path),
+                              extra=["--lr", "2e-4"], warm_start="shared", env_extra={"alfworld": ["--max-steps", "30"]})
+    assert compare.extra_for(args, "alfworld") == ["--lr", "2e-4", "--max-steps", "30"]
+    assert compare.extra_for(args, "searchqa") == ["--lr", "2e-4"]
+    a, q = (compare.protocol((e, "grpo", 0), args) for e in ("alfworld", "searchqa"))
+    assert a["extra"][-2:] == ["--max-steps", "30"] and q["extra"] == ["--lr", "2e-4"]
+    import subprocess
+    p = subprocess.run([sys.executable, "bench/compare.py", "--envs", "alfworld", "--methods", "grpo", "--env-flags",
+                        "webshop=--max-steps 8", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "--env-flags" in p.stderr and "Traceback" not in p.stderr
