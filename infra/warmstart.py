@@ -11,7 +11,8 @@ Nothing can be downloaded on the laptop default, so the policy is *built*:
        the expert's action at states the noisy policy actually visits):
            L_BC = − Σ_response tokens log π(token | prompt) / (number of response tokens)
        stopped early on purpose (a target success rate, checked every `check_every` steps) so the
-       policy starts imperfect and RL has something to do.
+       policy starts imperfect and RL has something to do. `--bc-episodes 0` skips it: RL starts
+       from the random initialisation (a toy env, or one without an expert).
 The result is saved as an ordinary HF folder (AutoModelForCausalLM / AutoTokenizer load it) under
 a cache dir keyed by env + config, so a second run skips the warm start. With train.py's local
 workers the cloning is data parallel (each rank half of every batch and of the success checks).

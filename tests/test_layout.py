@@ -1,6 +1,6 @@
 """The layout a reader relies on: a small core at the root, short module docstrings, no pointers
-outside the project, no import circles but the env registry's, and README's walk through the code
-naming functions that exist.
+outside the project, no import circles (registries name their entries' modules as strings), and
+README's walk through the code naming functions that exist.
 
     python -m pytest -q tests/test_layout.py
 """
@@ -45,7 +45,7 @@ def test_module_sizes_and_docstrings():
             continue
         assert doc, f"{f}: no module docstring"
         assert doc.count("\n") + 1 <= 40, f"{f}: module docstring of {doc.count(chr(10)) + 1} lines"
-    assert open(os.path.join(ROOT, "train.py")).read().count("\n") <= 300
+    assert open(os.path.join(ROOT, "train.py")).read().count("\n") <= 250
 
 
 def test_the_papers_procedure_fits_on_one_screen():
@@ -79,14 +79,13 @@ def imports_of(path):
     return names
 
 
-def test_no_import_circles_but_the_env_registry():
+def test_no_import_circles():
     mods = {}
     for f in project_files():
         if f.startswith(("tests", "bench")):
             continue
         mods[f[:-3].replace(os.sep, ".").removesuffix(".__init__")] = f
     graph = {m: {n for n in imports_of(f) if n in mods and n != m} for m, f in mods.items()}
-    env_registry = {"envs", "sims.keydoor", "sims.webshop", "sims.searchqa", "sims.alfworld_tw"}
     seen, stack, cycles = set(), [], []
 
     def visit(m):
@@ -102,8 +101,7 @@ def test_no_import_circles_but_the_env_registry():
         stack.pop()
     for m in sorted(graph):
         visit(m)
-    bad = [c for c in cycles if not set(c) <= env_registry]
-    assert not bad, bad
+    assert not cycles, cycles
     for leaf in ("infra.policy", "infra.chat", "infra.jsonscan"):     # leaves: usable alone in any script
         assert graph[leaf] <= {"infra.jsonscan"}, (leaf, graph[leaf])
 
