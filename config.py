@@ -4,10 +4,13 @@
     validate(cfg)                                                     # every rule, before anything is built
 
 Each field's docstring (the string under it) is its help text, read from the source by
-`field_docs`, so the flag reference cannot drift from the code. `ENV_DEFAULTS` gives a benchmark
-its own default where the ALFWorld-tuned one does not fit; an explicit flag always wins. `RULES`
-are checked by `validate` in well under a second: one line naming the flag and the rule, exit 2
-(train.main). What it leaves out: config files (the saved config.json is the record of a run).
+`field_docs`, so the flag reference cannot drift from the code; the `# --- title` lines group the
+fields (the run, GRPO, ProVer; then baselines, lab, backends, scale), as `--help` shows them. The
+choices of a flag that names a kind come from that kind's one registry (`CHOICES`). An env gives
+its own default where the ALFWorld-tuned one does not fit (`envs.EnvSpec.defaults`), and a method
+may preset flags (`methods.Method.flags`); an explicit flag always wins. `RULES` are checked by
+`validate` in well under a second: one line naming the flag and the rule, exit 2 (infra/launch.py).
+What it leaves out: config files (the saved config.json is the record of a run).
 """
 from __future__ import annotations
 
@@ -18,7 +21,10 @@ import os
 from dataclasses import dataclass, field, fields
 
 import envs
+import judge
+import rollout
 from methods import METHODS
+from sims import household
 
 
 # ---------------------------------------------------------------------------------------------
@@ -26,18 +32,15 @@ from methods import METHODS
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class Config:
-    # --- what to run
+    # --- the run
     env: str = "alfworld"
-    """benchmark: alfworld | webshop | searchqa | keydoor (the credit lab: known pivotal decisions)"""
+    """benchmark (envs.ENVS; keydoor: the credit lab, known pivotal decisions); its own defaults for other flags are listed at the end"""
     method: str = "prover"
     """credit assignment (methods/__init__.py, one line each below)"""
     judge: str = "builtin"
-    """ProVer/CriticSearch judge backend: builtin | random | hf | openai | truth (the credit lab's perfect selection: proposes the success's key turn from the env's labels; --env keydoor, ProVer's methods only)"""
+    """ProVer/CriticSearch judge backend (judge.JUDGES); truth: the credit lab's perfect selection, the success's key turn from the env's labels (--env keydoor, ProVer's methods only)"""
     model: str = ""
     """HF model folder or hub id; empty = build the tiny offline policy (warm-started by behaviour cloning)"""
-    rollout: str = "hf"
-    """generation backend: hf (transformers) | vllm (colocated engine, weights synced after each update)"""
-    # --- scale
     iters: int = 200
     """number of policy updates"""
     group_size: int = 8
@@ -69,20 +72,13 @@ class Config:
     """write the checkpoint every N updates and at the end (0 = auto: every update for the tiny policy, whose checkpoint takes milliseconds, so a stop loses no finished update; 10 for --model, whose checkpoints are large)"""
     log: str = ""
     """optional loggers, comma-separated: tensorboard (<out>/tensorboard/) and/or wandb (offline unless $WANDB_MODE is set: <out>/wandb/); the same keys as metrics.jsonl; neither package is a requirement: a missing one is an error at start-up"""
-    # --- env
     env_opt: list = field(default_factory=list)
     """KEY=VALUE option of the env, repeatable, checked by the env (e.g. --env-opt rooms=8 --env-opt p_key=0.8 for keydoor)"""
-    preset: str = "small"
-    """ALFWorld household size: small (CPU default) | full (ALFWorld-like)"""
-    env_backend: str = "auto"
-    """auto | builtin | real: real benchmark data/engine (ALFWorld official games, WebShop repo, retrieval server)"""
     max_steps: int = 0
     """episode step limit (0 = the benchmark's: ALFWorld 50, WebShop 15, SearchQA 4)"""
     history_len: int = 4
     """past (observation, action) steps shown in the prompt"""
-    chat_prompt: bool = False
-    """use the benchmark's full verl-agent chat prompt (default for --model) instead of the compact one"""
-    # --- optimisation (grpo.py)
+    # --- GRPO (grpo.py)
     lr: float = 1e-4
     """AdamW learning rate (the tiny policy's default; use ~1e-6 for real LLMs)"""
     lr_final: float = 1.0
@@ -101,13 +97,11 @@ class Config:
     """subtracted from the advantage of a well-formed turn whose action was not in the env's admissible list (ALFWorld: "Nothing happens."); envs without a list are unaffected (WebShop's list has a search[...] placeholder: keep 0)"""
     max_new_tokens: int = 24
     """response length cap per turn"""
-    micro_tokens: int = 8192
-    """padded tokens per forward pass in the update (memory knob)"""
     loss_agg: str = "token-mean"
     """loss aggregation: token-mean (every action token alike: verl-agent's) | traj-mean (every trajectory alike: the mean of each trajectory's token mean, so long failures do not outweigh short successes)"""
     minibatches: int = 1
     """optimizer steps per rollout batch: its turns are split into this many mini-batches, one PPO-clip step each (verl's ppo_mini_batch_size; 1 = a single on-policy step)"""
-    # --- ProVer (prover.py / verify.py)
+    # --- ProVer (prover.py, verify.py; the options beyond the paper: methods/prover_options.py)
     min_success: int = 1
     """eligible groups have at least this many successes"""
     max_success: int = 3
@@ -116,8 +110,6 @@ class Config:
     """K: continuations from each of s_pre and s_post"""
     lam: float = 1.0
     """λ: credit added is λ·Δ̂"""
-    oracle_eps: float = 1e-4
-    """ladder arms (oracle-add, oracle, prover-exact): oracle.py's pruning threshold on a node's reach probability (0 = exact enumeration; the error bound is logged as oracle/bound_max)"""
     margin: float = 0.0
     """credit only if Δ̂ > margin (0 = the paper's Δ̂ > 0)"""
     credit_test: str = "positive"
@@ -142,9 +134,9 @@ class Config:
     """β: the credited success's turns outside the segment keep β × their GRPO advantage (1 = the paper: unchanged)"""
     judge_success: str = "shortest"
     """which success the judge examines: shortest (the paper) | judge (it sees every success's preview and names one; an invalid choice falls back to the shortest)"""
-    # --- baselines (baselines.py)
+    # --- baselines (methods/)
     matched_extra: float = 0.4
-    """grpo-matched: extra rollout tokens per update as a share of the rollout tokens (0.4 = 40% more; default: about ProVer's overhead, see baselines.py)"""
+    """grpo-matched: extra rollout tokens per update as a share of the rollout tokens (0.4 = 40% more; default: about ProVer's overhead, see methods/grpo_matched.py)"""
     matched_tokens: int = 0
     """grpo-matched: explicit extra generated tokens per update (overrides matched_extra when > 0)"""
     gigpo_gamma: float = 0.95
@@ -169,20 +161,30 @@ class Config:
     """vine: turns credited per trajectory, drawn uniformly and weighted T/m (0 = every turn)"""
     critic_alpha: float = 0.25
     """criticsearch: weight α of the normalised turn labels (A = A^GRPO + α·Â)"""
-    # --- judge backends (judge.py)
+    # --- lab (the credit lab: --env keydoor; lab/)
+    oracle_eps: float = 1e-4
+    """ladder arms (oracle-add, oracle, prover-exact): oracle.py's pruning threshold on a node's reach probability (0 = exact enumeration; the error bound is logged as oracle/bound_max)"""
+    # --- backends: env, sampler, judge, the tiny policy's warm start (infra/)
+    rollout: str = "hf"
+    """generation backend: hf (transformers) | vllm (colocated engine, weights synced after each update)"""
+    chat_prompt: bool = False
+    """use the benchmark's full verl-agent chat prompt (default for --model) instead of the compact one"""
+    preset: str = "small"
+    """ALFWorld household size: small (CPU default) | full (ALFWorld-like)"""
+    env_backend: str = "auto"
+    """auto | builtin | real: real benchmark data/engine (ALFWorld official games, WebShop repo, retrieval server)"""
     judge_url: str = ""
     """openai judge: base URL of an OpenAI-compatible endpoint (else $OPENAI_BASE_URL)"""
     judge_model: str = ""
     """openai judge: model name (else $JUDGE_MODEL); hf judge: model folder (default: the policy itself)"""
     judge_timeout: float = 60.0
     """openai judge: seconds per request"""
-    # --- tiny offline policy (warmstart.py)
     tiny_hidden: int = 64
     """tiny policy width (attention heads = width / 32)"""
     tiny_layers: int = 2
     """tiny policy depth"""
     bc_episodes: int = 400
-    """behaviour cloning: noisy expert episodes"""
+    """behaviour cloning: noisy expert episodes (0 = no warm start: RL starts from the untrained tiny policy, and the env needs no expert)"""
     bc_steps: int = 750
     """behaviour cloning: optimizer steps at most (the target below stops it earlier on purpose: the policy starts imperfect)"""
     bc_target: float = 0.35
@@ -197,11 +199,19 @@ class Config:
     """ALFWorld demos' expert: search (uses only what the prompt shows: takes the object if it is here, else opens this receptacle or goes to the next one in the admissible list that could hold it) | oracle (walks straight to where the hidden object is)"""
     cache_dir: str = "~/.cache/prover"
     """where warm-started tiny policies are cached (keyed by env + config)"""
+    vllm_kv_bytes: int = 256 * 2**20
+    """vLLM KV-cache bytes on CPU (on GPU vLLM sizes it from --vllm-gpu-mem)"""
+    vllm_gpu_mem: float = 0.5
+    """vLLM: fraction of GPU memory for weights + KV cache (colocated with the trainer)"""
+    vllm_max_len: int = 4096
+    """vLLM: max prompt + response tokens"""
+    # --- scale: processes, devices, memory (infra/dist.py, infra/build.py)
+    micro_tokens: int = 8192
+    """padded tokens per forward pass in the update (memory knob)"""
     threads: int = 0
     """torch CPU threads (0 = auto: 1 for the tiny policy, whose ops are too small to split, all cores for --model)"""
     workers: int = 0
     """local data-parallel worker processes (0 = auto: one per CPU core, at most --tasks-per-iter, for the tiny policy on CPU; 1 for --model, --rollout vllm and CUDA, where torchrun is the tool). Each worker rolls out and evaluates its share of the tasks; gradients are summed, so an update is the one a single process would take"""
-    # --- scale-out / real models
     device: str = "auto"
     """auto (cuda for --model when available, else cpu) | cpu | cuda"""
     bf16: bool = False
@@ -214,48 +224,37 @@ class Config:
     """LoRA alpha"""
     fsdp: bool = False
     """shard the policy's weights, gradients and Adam state over the ranks (torch FSDP2, per decoder layer; under torchrun or --workers); gradients are summed as without it, so an update equals the single-process one. Checkpoints become sharded (torch.distributed.checkpoint, resumable on any number of ranks) plus a full HF export. Not with --lora-r"""
-    vllm_kv_bytes: int = 256 * 2**20
-    """vLLM KV-cache bytes on CPU (on GPU vLLM sizes it from --vllm-gpu-mem)"""
-    vllm_gpu_mem: float = 0.5
-    """vLLM: fraction of GPU memory for weights + KV cache (colocated with the trainer)"""
-    vllm_max_len: int = 4096
-    """vLLM: max prompt + response tokens"""
 
 
 
-# the credit ladder's arms (lab/ladder.py): they read the env's truth, which only keydoor has
-LAB_METHODS = tuple(k for k, m in METHODS.items() if m.lab)
+def registry_names(path: str, name: str) -> list[str]:
+    """The keys of the dict `name` in the project file `path`, read from its source: for a
+    registry whose module imports torch (grpo.py), which `--help` must not need."""
+    tree = ast.parse(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), path)).read())
+    node = next(n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                and getattr(n.targets[0] if isinstance(n, ast.Assign) else n.target, "id", "") == name)
+    return [k.value for k in node.value.keys]
 
+
+# A flag that names a kind takes its choices from that kind's registry, the one list of its names
+# (argparse reads the dict's keys when it parses, so a name added there is a choice at once):
+# env envs.ENVS, method methods.METHODS, judge judge.JUDGES, loss grpo.LOSS_AGGS, reward
+# rollout.REWARDS. The others are a flag's own values.
 CHOICES = {
-    "env": ["alfworld", "webshop", "searchqa", "keydoor"],
-    "method": list(METHODS),
+    "env": envs.ENVS,
+    "method": METHODS,
+    "judge": judge.JUDGES,
+    "loss_agg": registry_names("grpo.py", "LOSS_AGGS"),
+    "reward": rollout.REWARDS,
+    "preset": household.PRESETS,
+    "bc_expert": household.EXPERTS,
     "credit_test": ["positive", "se", "shrink"],
     "verify_estimate": ["fresh", "pooled"],
     "credit_scope": ["segment", "matched"],
     "judge_success": ["shortest", "judge"],
-    "judge": ["builtin", "random", "hf", "openai", "truth"],
     "rollout": ["hf", "vllm"],
-    "loss_agg": ["token-mean", "traj-mean"],
-    "preset": ["small", "full"],
     "env_backend": ["auto", "builtin", "real"],
     "device": ["auto", "cpu", "cuda"],
-    "reward": ["success", "score"],
-    "bc_expert": ["search", "oracle"],
-}
-
-# Per-benchmark defaults: a flag the user does not pass takes its value from here when the
-# benchmark needs something other than the Config default (which is tuned for ALFWorld). Why:
-# WebShop pages are long, so its prompts carry no history, its warm start is shorter and R is its
-# score; SearchQA episodes are ≤ 4 short turns, so it affords more updates and SPO's boundaries
-# go every turn (the default every 5 turns, or tree depths 3 and 6, would never or rarely fall inside
-# an episode, which would make spo-chain GRPO under another name); keydoor's corridor is
-# learned in few BC steps and a run is meant to be cheap (many seeds). Their recipes do not use
-# --bc-target (they stop at a fixed number of BC steps).
-ENV_DEFAULTS: dict[str, dict] = {
-    "webshop": {"history_len": 0, "bc_episodes": 200, "bc_steps": 300, "bc_target": 0.0, "reward": "score", "iters": 250},
-    "searchqa": {"bc_steps": 320, "bc_target": 0.0, "iters": 600, "spo_interval": 1, "spo_tree_depths": "1,2"},
-    "keydoor": {"bc_episodes": 100, "bc_steps": 150, "bc_target": 0.0, "iters": 40, "history_len": 2,
-                "eval_every": 10, "max_new_tokens": 12},
 }
 
 
@@ -269,6 +268,45 @@ def field_docs(cls) -> dict[str, str]:
     return docs
 
 
+def field_groups(cls) -> dict[str, list[str]]:
+    """{group title: its fields in order}, from the `# --- title` lines of the dataclass's source."""
+    src = inspect.getsource(cls)
+    heads = [(k + 1, line.strip()[len("# --- "):]) for k, line in enumerate(src.splitlines())
+             if line.strip().startswith("# --- ")]
+    groups: dict[str, list[str]] = {}
+    for node in ast.parse(src).body[0].body:
+        if isinstance(node, ast.AnnAssign):
+            groups.setdefault([t for n, t in heads if n < node.lineno][-1], []).append(node.target.id)
+    return groups
+
+
+def flags_text(d: dict) -> str:
+    """{"iters": 40, "history_len": 2} → '--iters 40, --history-len 2'."""
+    return ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in d.items())
+
+
+def env_defaults(env: str) -> dict:
+    """The env's own defaults for train.py's flags (envs.EnvSpec.defaults)."""
+    return envs.get_spec(env).defaults
+
+
+def preset_flags(cfg: Config) -> dict:
+    """The env's defaults and the method's preset flags that this run took."""
+    return {k: v for k, v in {**env_defaults(cfg.env), **METHODS[cfg.method].flags}.items() if getattr(cfg, k) == v}
+
+
+def defaults_line(cfg: Config) -> str:
+    """The line a run starts with when its env or method set flags: which, and to what."""
+    took = preset_flags(cfg)
+    whose = f"--env {cfg.env}" + (f" and --method {cfg.method}" if METHODS[cfg.method].flags else "")
+    return f"defaults of {whose} (a flag given wins): {flags_text(took)}" if took else ""
+
+
+def default_out(cfg: Config) -> str:
+    """The run directory when --out is not given."""
+    return os.path.join("runs", f"{cfg.env}-{cfg.method}-s{cfg.seed}")
+
+
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message):  # one clear line, non-zero exit (argparse prints usage too)
         self.exit(2, f"train.py: error: {message}\n")
@@ -276,32 +314,38 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     epilog = "per-benchmark defaults (used when the flag is not given): " + "; ".join(
-        f"{e}: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in d.items()) for e, d in ENV_DEFAULTS.items() if d)
+        f"{e}: {flags_text(env_defaults(e))}" for e in envs.ENVS if env_defaults(e))
     p = OneLineParser(prog="train.py", epilog=epilog,
                       description="train.py — the training loop: rollouts → credit (GRPO / ProVer / baselines) → PPO-clip update",
                       formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     docs = field_docs(Config)
     docs["method"] += ": " + "; ".join(f"{k}: {m.doc}" + (" [--env keydoor only]" if m.lab else "")
-                                       for k, m in METHODS.items())
+                                       + (f" [{flags_text(m.flags)}]" if m.flags else "") for k, m in METHODS.items())
     docs = {k: v.replace("%", "%%") for k, v in docs.items()}   # argparse %-formats help
-    for f in fields(Config):
-        flag = "--" + f.name.replace("_", "-")
-        default = argparse.SUPPRESS if suppress_defaults else (f.default if f.default_factory is field().default_factory else [])
-        typ = f.type if isinstance(f.type, str) else f.type.__name__
-        if typ == "bool":
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=docs.get(f.name))
-        elif typ == "list":     # repeatable KEY=VALUE (--env-opt)
-            p.add_argument(flag, action="append", metavar="KEY=VALUE", default=default, help=docs.get(f.name))
-        else:
-            p.add_argument(flag, type={"int": int, "float": float, "str": str}[typ], default=default,
-                           choices=CHOICES.get(f.name), help=docs.get(f.name))
+    types = {f.name: f for f in fields(Config)}
+    for title, names in field_groups(Config).items():
+        g = p.add_argument_group(title)
+        for name in names:
+            f = types[name]
+            flag = "--" + name.replace("_", "-")
+            default = argparse.SUPPRESS if suppress_defaults else (f.default if f.default_factory is field().default_factory else [])
+            typ = f.type if isinstance(f.type, str) else f.type.__name__
+            if typ == "bool":
+                g.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=docs.get(name))
+            elif typ == "list":     # repeatable KEY=VALUE (--env-opt)
+                g.add_argument(flag, action="append", metavar="KEY=VALUE", default=default, help=docs.get(name))
+            else:
+                g.add_argument(flag, type={"int": int, "float": float, "str": str}[typ], default=default,
+                               choices=CHOICES.get(name), help=docs.get(name))
     return p
 
 
 def parse_args(argv=None) -> Config:
+    """Flags → Config. A flag not given takes the method's preset (methods.Method.flags), else the
+    env's default (envs.EnvSpec.defaults), else the Config default: an explicit flag always wins."""
     cfg = Config(**vars(build_parser().parse_args(argv)))
     given = vars(build_parser(suppress_defaults=True).parse_args(argv))   # only the flags on the command line
-    for k, v in ENV_DEFAULTS.get(cfg.env, {}).items():
+    for k, v in {**env_defaults(cfg.env), **METHODS[cfg.method].flags}.items():
         if k not in given:
             setattr(cfg, k, v)
     return cfg
@@ -324,7 +368,7 @@ RULES = [
     ("vine_k", lambda v: v >= 1, ">= 1"), ("vine_turns", lambda v: v >= 0, ">= 0 (0 = every turn)"),
     ("spo_tree_branch", lambda v: v >= 2, ">= 2"), ("critic_alpha", lambda v: v >= 0, ">= 0"),
     ("tiny_hidden", lambda v: v >= 32 and v % 32 == 0, "a multiple of 32"), ("tiny_layers", lambda v: v >= 1, ">= 1"),
-    ("bc_episodes", lambda v: v >= 1, ">= 1"), ("bc_steps", lambda v: v >= 1, ">= 1"),
+    ("bc_episodes", lambda v: v >= 0, ">= 0 (0 = no warm start)"), ("bc_steps", lambda v: v >= 1, ">= 1"),
     ("bc_target", lambda v: 0.0 <= v <= 1.0, "a success rate, must be in [0, 1]"),
     ("bc_epsilon", lambda v: 0.0 <= v <= 1.0, "a probability, must be in [0, 1]"),
     ("bc_slip", lambda v: 0.0 <= v <= 1.0, "a probability, must be in [0, 1]"),
@@ -361,9 +405,11 @@ def validate(cfg: Config) -> dict:
             and cfg.rollout != "hf":
         # the policy-as-judge generates with the unsharded copy, which only --rollout hf keeps
         raise ValueError("--fsdp with --judge hf (the policy as judge) needs --rollout hf, or a separate --judge-model")
-    if cfg.method in LAB_METHODS:
-        if cfg.env != "keydoor":
-            raise ValueError(f"--method {cfg.method}: needs the env's truth, which only --env keydoor has (the credit lab)")
+    spec, method = envs.get_spec(cfg.env), METHODS[cfg.method]
+    lab_envs = lambda: " or ".join(f"--env {e}" for e in envs.ENVS if envs.get_spec(e).lab)   # noqa: E731
+    if method.lab:
+        if not spec.lab:
+            raise ValueError(f"--method {cfg.method}: needs the env's truth, which only {lab_envs()} has (the credit lab)")
         if cfg.rollout != "hf":
             raise ValueError(f"--method {cfg.method}: the exact credit scores the policy in this process; needs --rollout hf")
         if cfg.method in ("prover-exact", "prover-plus-exact") and cfg.negative_credit:
@@ -374,14 +420,17 @@ def validate(cfg: Config) -> dict:
     if cfg.trust_judge > 0 and cfg.negative_credit:
         raise ValueError("--trust-judge with --negative-credit: the alternatives are verified against the segment's "
                          "continuations, which --trust-judge does not run; use one of them")
-    if cfg.judge == "truth":
-        if cfg.env != "keydoor":
-            raise ValueError("--judge truth: needs the env's truth labels, which only --env keydoor has (the credit lab)")
-        if METHODS[cfg.method].judge != "judge":
-            raise ValueError(f"--judge truth: proposes segments for ProVer's methods; --method {cfg.method} has no segment judge")
+    if getattr(judge.JUDGES[cfg.judge], "lab", False):
+        if not spec.lab:
+            raise ValueError(f"--judge {cfg.judge}: needs the env's truth labels, which only {lab_envs()} has (the credit lab)")
+        if method.judge != "judge":
+            raise ValueError(f"--judge {cfg.judge}: proposes segments for ProVer's methods; --method {cfg.method} has no segment judge")
+    if method.judge == "critic":
+        from methods import criticsearch
+        if cfg.judge not in criticsearch.CRITICS:
+            raise ValueError(f"--judge {cfg.judge}: CriticSearch's critic has no such backend (it has: {', '.join(criticsearch.CRITICS)})")
     if not cfg.oracle_eps >= 0:
         raise ValueError(f"--oracle-eps {cfg.oracle_eps}: must be >= 0")
-    spec = envs.get_spec(cfg.env)
     opts = envs.parse_env_opts(spec, cfg.env_opt)
     if cfg.env == "keydoor" and opts.get("apples", 0.0) > 0 and cfg.reward != "score":
         # the apples are in the score only; under --reward success they would change nothing

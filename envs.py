@@ -21,9 +21,11 @@ What lives here
   its closed vocabulary (for the tiny word-level tokenizer), how to turn the agent's view into a
   prompt (a verl-agent-style chat prompt for real LLMs and a compact one for the tiny policy), and
   how to parse the model's text into an action.
-* `make_env(name, split=..., ...)` / `ENVS` — the registry (an explicit dict, no string matching).
-* The controlled environment with known pivotal decisions (key-to-door, the "credit lab") lives
-  in keydoor.py; the tests use it to check verification against analytic values.
+* `ENVS` — the registry: name → "module:SPEC", imported on first use (so `--help` loads no env),
+  the only place an env is named; `get_spec(name)`, `make_env(name, split=..., ...)`. The
+  simulators live in sims/ (keydoor.py: the credit lab, an env with known pivotal decisions).
+  An env's own defaults for train.py's flags are `EnvSpec.defaults`; tests/test_envs.py is the
+  conformance test every registered env passes.
 
 Agent context is *not* part of the env: the rollout keeps the (observation, action) history and the
 prompt is rebuilt from it each turn (one user message per turn, as verl-agent does), so restoring
@@ -31,6 +33,7 @@ a turn means restoring the env snapshot plus that history (see `rollout.AgentSta
 """
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -80,6 +83,12 @@ class EnvSpec:
     # --preset); demo_kwargs: the same for the warm start's demonstrations only (--bc-expert)
     config_kwargs: dict[str, str] = field(default_factory=dict)
     demo_kwargs: dict[str, str] = field(default_factory=dict)
+    # train.py Config fields this env sets where the flag is not given (the Config defaults are
+    # tuned for ALFWorld), e.g. {"iters": 40}; printed at the start of a run
+    defaults: dict[str, Any] = field(default_factory=dict)
+    # the credit lab: turns carry truth labels (Turn.truth) and lab/oracle.py values the env exactly;
+    # the methods and judges marked `lab` need it
+    lab: bool = False
 
     def __post_init__(self):
         if self.backend is None:
@@ -219,48 +228,21 @@ def compact_prompt(v: PromptInput, history_len: int = 2) -> str:
 # ---------------------------------------------------------------------------------------------
 # Registry
 # ---------------------------------------------------------------------------------------------
-# envs.py <-> keydoor / webshop / searchqa is the one documented import exception to a one-way
-# import graph: those modules import envs (EnvSpec, EnvOption, prompts, parsing) and the registry
-# imports them back, lazily inside these functions (household too), so importing envs never
-# imports an env module.
-def _alfworld_spec() -> EnvSpec:
-    from sims import alfworld_tw  # chooses the backend: the real engine or the built-in simulator
-    from sims import household
-    return EnvSpec(
-        name="alfworld", make=alfworld_tw.make_alfworld, splits=household.SPLITS,
-        num_tasks=household.num_tasks, vocabulary=household.vocabulary,
-        chat_prompt=alfworld_chat_prompt, compact_prompt=compact_prompt, parse=parse_action_tag,
-        task_types=household.TASK_TYPES, backend=alfworld_tw.backend_kwargs,
-        config_kwargs={"preset": "preset"}, demo_kwargs={"bc_expert": "expert"})
-
-
-def _webshop_spec() -> EnvSpec:
-    from sims import webshop
-    return webshop.SPEC
-
-
-def _searchqa_spec() -> EnvSpec:
-    from sims import searchqa
-    return searchqa.SPEC
-
-
-def _keydoor_spec() -> EnvSpec:
-    from sims import keydoor
-    return keydoor.SPEC
-
-
-ENVS: dict[str, Callable[[], EnvSpec]] = {
-    "alfworld": _alfworld_spec,
-    "webshop": _webshop_spec,
-    "searchqa": _searchqa_spec,
-    "keydoor": _keydoor_spec,
+# name -> "module:SPEC" (an EnvSpec); imported by name when first asked for, so an env module may
+# import this one without an import circle. Adding an env: its module (with SPEC) and one line here.
+ENVS: dict[str, str] = {
+    "alfworld": "sims.alfworld_tw:SPEC",
+    "webshop": "sims.webshop:SPEC",
+    "searchqa": "sims.searchqa:SPEC",
+    "keydoor": "sims.keydoor:SPEC",
 }
 
 
 def get_spec(name: str) -> EnvSpec:
     if name not in ENVS:
         raise ValueError(f"unknown env {name!r}; choose one of {sorted(ENVS)}")
-    return ENVS[name]()
+    module, attr = ENVS[name].split(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def make_env(name: str, split: str = "train", seed: int = 0, **kw) -> Env:

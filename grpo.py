@@ -47,27 +47,13 @@ from infra import dist
 # 1. advantages
 # ---------------------------------------------------------------------------------------------
 def group_advantages(R: torch.Tensor, norm_std: bool = False, eps: float = 1e-6) -> torch.Tensor:
-    """R: (N, G) outcomes → (N, G) advantages. Vectorised; see `group_advantages_loop`."""
-    N, G = R.shape
-    if G == 1:
+    """R: (G,) outcomes of one group → (G,) advantages."""
+    if R.shape[-1] == 1:
         return torch.zeros_like(R)                                   # deviation 1
-    A = R - R.mean(dim=1, keepdim=True)                              # (N, G)
+    A = R - R.mean(dim=-1, keepdim=True)                             # (G,)
     if norm_std:
-        A = A / (R.std(dim=1, keepdim=True) + eps)                   # (N, G), unbiased std
+        A = A / (R.std(dim=-1, keepdim=True) + eps)                  # (G,), unbiased std
     return A
-
-
-def group_advantages_loop(R: list[list[float]], norm_std: bool = False, eps: float = 1e-6) -> list[list[float]]:
-    """Plain-Python reference for the tests."""
-    out = []
-    for g in R:
-        if len(g) == 1:
-            out.append([0.0])
-            continue
-        m = sum(g) / len(g)
-        sd = math.sqrt(sum((x - m) ** 2 for x in g) / (len(g) - 1))
-        out.append([(x - m) / (sd + eps) if norm_std else x - m for x in g])
-    return out
 
 
 def turn_penalty(turn, invalid_penalty: float = 0.1, inadmissible_penalty: float = 0.0) -> float:
@@ -84,7 +70,7 @@ def trajectory_advantages(groups, norm_std: bool = False, invalid_penalty: float
     """GRPO per-turn advantages for a list of groups of Trajectory: adv[g][i][t]."""
     out = []
     for grp in groups:
-        A = group_advantages(torch.tensor([[tr.R for tr in grp]], dtype=torch.float64), norm_std)[0]
+        A = group_advantages(torch.tensor([tr.R for tr in grp], dtype=torch.float64), norm_std)   # (G,)
         out.append([[float(A[i]) - turn_penalty(turn, invalid_penalty, inadmissible_penalty) for turn in tr.turns]
                     for i, tr in enumerate(grp)])
     return out
@@ -132,9 +118,9 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Ten
     positions (actions are short next to their prompts), and the head over the vocabulary is the
     most expensive layer of a tiny model.
     The temperature matches the one used for sampling so ρ compares the same distributions.
-    A model sharded by `--fsdp` gets this computation run inside its root's call (dist.root_call):
-    FSDP2 gathers weights in hooks around module calls, and this reads the body and the head
-    directly instead of calling the model (every rank must then call it alike: a collective)."""
+    A sharded model gets this computation run inside its root's call (infra/dist.py root_call): its
+    weights are gathered in hooks around module calls, and this reads the body and the head
+    directly instead of calling the model (every worker must then call it alike)."""
     return dist.root_call(model, _token_logprobs, model, ids, attn, mask, temperature)
 
 
@@ -193,25 +179,27 @@ class UpdateCfg:
 
 def minibatch_of(group_id: int, traj_id: int, start_step: int, turn: int, minibatches: int) -> int:
     """Which of the M mini-batches a turn-row belongs to. A fixed function of the turn's identity
-    (global group position, rollout, turn), not of the rank or the row's place in a list, so the
-    union over data-parallel ranks of mini-batch k is the same set of turns as in one process.
+    (global group position, rollout, turn), not of the worker or the row's place in a list, so the
+    union over data-parallel workers of mini-batch k is the same set of turns as in one process.
     Consecutive turns of a trajectory go to consecutive mini-batches (a stratified split: every
     mini-batch gets ~1/M of every trajectory's turns, so no step sees only one group's signal)."""
     return (group_id + traj_id + start_step + turn) % max(1, minibatches)
 
 
-LOSS_AGGS = ("token-mean", "traj-mean")
+# --loss-agg: the loss weight of every action token of a trajectory with n action tokens
+LOSS_AGGS = {"token-mean": lambda n: 1.0,                  # every token alike
+             "traj-mean": lambda n: 1.0 / max(1, n)}       # every trajectory alike
 
 
 def rows_from(groups, adv, minibatches: int = 1, loss_agg: str = "token-mean") -> list[Row]:
     """One Row per turn with action tokens; `loss_agg` sets the token weights (module docstring)."""
     if loss_agg not in LOSS_AGGS:
-        raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {loss_agg!r}")
-
+        raise ValueError(f"loss_agg must be one of {tuple(LOSS_AGGS)}, got {loss_agg!r}")
+    weight = LOSS_AGGS[loss_agg]
     rows = []
     for g, grp in enumerate(groups):
         for i, tr in enumerate(grp):
-            w = 1.0 if loss_agg == "token-mean" else 1.0 / max(1, sum(len(tn.action_ids) for tn in tr.turns))
+            w = weight(sum(len(tn.action_ids) for tn in tr.turns))
             rows += [Row(tn.prompt_ids, tn.action_ids, tn.logprobs, adv[g][i][t],
                          minibatch_of(tr.group_id, tr.traj_id, tr.start_step, t, minibatches), w)
                      for t, tn in enumerate(tr.turns) if tn.action_ids]
@@ -242,29 +230,36 @@ def update(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=N
     return out
 
 
+def micro_batches(rows: list[Row], micro_tokens: int) -> list[list[Row]]:
+    """Consecutive runs of `rows` (sorted by length) of at most `micro_tokens` padded tokens each."""
+    out, i = [], 0
+    while i < len(rows):
+        j = i + 1
+        while j < len(rows) and (j + 1 - i) * (len(rows[j].prompt_ids) + len(rows[j].action_ids)) <= micro_tokens:
+            j += 1
+        out.append(rows[i:j])
+        i = j
+    return out
+
+
 def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=None) -> dict:
     """One optimizer step on `rows` (token-mean over all of them, gradient accumulation over
     micro-batches). Returns metric sums (clipfrac/kl/ratio summed over trained tokens).
 
-    Data parallel (torchrun): each rank holds its own groups' rows. The token count is summed
-    over ranks first, each rank's loss is its token-sum / the *global* count, and gradients are
-    summed over ranks — so every rank takes exactly the step a single process would take on the
-    union of the rows, and the weights stay identical without a DDP wrapper. Every rank calls
-    this the same number of times (one per mini-batch), also with no rows of its own.
-
-    Sharded (`--fsdp`, dist.shard): FSDP reduce-scatters the gradients itself in each backward,
-    summed over ranks (divide factor 1), so the all-reduce below is skipped; and since each
-    forward/backward is then a collective, every rank runs as many micro-batches as the rank with
-    the most, padding with zero-weight passes on a one-token dummy row."""
-    sharded = dist.is_sharded(model)
+    With data-parallel workers (infra/dist.py: `team`, the identity in one process) each worker
+    holds its own groups' rows; the token counts and the gradients are summed over the workers,
+    and each worker's loss is its token-sum over the *global* count, so every worker takes exactly
+    the step one process would take on the union of the rows. `team.passes` may add zero-weight
+    passes on a one-token dummy row (a sharded model needs every worker in every forward)."""
+    team = dist.workers()
     dev = next(model.parameters()).device
     kept = rows if cfg.kl_coef != 0 else [r for r in rows if r.adv != 0.0]      # deviation 3
-    # counts summed over ranks in one call: the loss denominator is the weighted count of every
-    # action token of the batch (deviation 3; token-mean: the tokens, traj-mean: the trajectories);
-    # n_trained the (unweighted) tokens of the rows kept; n_rows the rows kept
-    counts = dist.all_reduce(torch.tensor([float(sum(r.weight * len(r.action_ids) for r in rows)),
-                                       float(sum(len(r.action_ids) for r in kept)), float(len(kept))],
-                                      dtype=torch.float64, device=dev))
+    # the loss denominator is the weighted count of every action token of the batch (deviation 3;
+    # token-mean: the tokens, traj-mean: the trajectories); n_trained the (unweighted) tokens of
+    # the rows kept; n_rows the rows kept
+    counts = team.sum(torch.tensor([float(sum(r.weight * len(r.action_ids) for r in rows)),
+                                    float(sum(len(r.action_ids) for r in kept)), float(len(kept))],
+                                   dtype=torch.float64, device=dev))
     n_tok, n_trained, n_rows = float(counts[0].item()), int(round(counts[1].item())), int(round(counts[2].item()))
     rows = sorted(kept, key=lambda r: len(r.prompt_ids) + len(r.action_ids))
     if n_trained == 0:      # no token carries a gradient anywhere: no step (Adam would still move)
@@ -273,18 +268,8 @@ def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=Non
     model.train()
     opt.zero_grad(set_to_none=True)
     agg = torch.zeros(4, device=dev)                                 # loss, clipfrac, kl, ratio sums
-    spans, i = [], 0                                                 # micro-batches: rows[i:j]
-    while i < len(rows):
-        j = i + 1
-        while j < len(rows) and (j + 1 - i) * (len(rows[j].prompt_ids) + len(rows[j].action_ids)) <= cfg.micro_tokens:
-            j += 1
-        spans.append((i, j))
-        i = j
-    if sharded:   # lockstep: pad to the most micro-batches of any rank (None = a zero-weight pass)
-        most = int(dist.all_reduce(torch.tensor([float(len(spans))], device=dev), op="max")[0].item())
-        spans += [None] * (most - len(spans))
-    for span in spans:
-        batch = rows[span[0]:span[1]] if span else [Row([pad_id], [pad_id], [0.0], 0.0)]
+    dummy = [Row([pad_id], [pad_id], [0.0], 0.0)]
+    for batch, real in team.passes(model, micro_batches(rows, cfg.micro_tokens), dummy):
         ids, attn, mask, old, adv = (t.to(dev) for t in collate(batch, pad_id))
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16):
             logp = token_logprobs(model, ids, attn, mask, cfg.temperature)
@@ -293,19 +278,13 @@ def step(model, opt, rows: list[Row], cfg: UpdateCfg, pad_id: int, ref_model=Non
                 with torch.no_grad():
                     ref = token_logprobs(ref_model, ids, attn, mask, cfg.temperature)
         loss, st = ppo_clip_loss(logp, old, adv, mask, cfg.clip_low, cfg.clip_high, ref, cfg.kl_coef, denom=n_tok)
-        if span is None:
-            loss = loss * 0.0         # the dummy: FSDP's gathers and reduce-scatters run, gradients +0
-        loss.backward()
-        if span is not None:
+        (loss if real else loss * 0.0).backward()                   # the dummy: gradients +0
+        if real:
             agg += torch.tensor([loss.item(), st["clipfrac"], st["kl"], st["ratio"]], device=dev)
-    if sharded:       # reduced by FSDP already (summed); grads are DTensor shards of each parameter
-        params = [p for p in model.parameters() if p.requires_grad]
-    else:
-        params = dist.all_reduce_grads(model)
-    dist.all_reduce(agg)
-    # On DTensor shards clip_grad_norm_ computes the norm of the WHOLE gradient (the per-shard
-    # norms are reduced over the mesh: a replicated DTensor comes back) and scales every shard by
-    # the same factor; tests/test_fsdp.py checks it against the single-process norm.
+    params = team.summed_grads(model)
+    team.sum(agg)
+    # on a sharded model's gradients (DTensor shards) clip_grad_norm_ computes the norm of the
+    # WHOLE gradient and scales every shard by the same factor
     gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
     if hasattr(gn, "full_tensor"):
         gn = gn.full_tensor()

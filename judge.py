@@ -40,6 +40,7 @@ across updates, streaming.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import random
 from collections import Counter
@@ -437,9 +438,22 @@ def _agent(client: Callable[..., ChatFn], name: str) -> Callable[..., AgentJudge
     return make
 
 
-JUDGES: dict[str, Callable[..., Judge]] = {         # name -> factory(**kw)
+def _lab(ref: str) -> Callable[..., Judge]:
+    """A judge of the credit lab ("module:Class", in a module that imports this one: imported when
+    built). It reads the env's truth labels, so it needs a lab env (envs.EnvSpec.lab)."""
+    def make(**kw) -> Judge:
+        module, name = ref.split(":")
+        return getattr(importlib.import_module(module), name)(**kw)
+    make.lab = True
+    return make
+
+
+# name -> factory(**kw): the only list of --judge values (--help, config validation, set-up)
+JUDGES: dict[str, Callable[..., Judge]] = {
     "builtin": lambda **kw: BuiltinJudge(**kw), "random": lambda **kw: RandomJudge(**kw),
-    "hf": _agent(HFChat, "hf"), "openai": _agent(OpenAIChat, "openai")}
+    "hf": _agent(HFChat, "hf"), "openai": _agent(OpenAIChat, "openai"),
+    "truth": _lab("lab.truth_judge:TruthJudge"),     # the credit lab: the labelled key turn (perfect selection)
+}
 
 
 def make_judge(name: str, **kw) -> Judge:

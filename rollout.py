@@ -88,19 +88,21 @@ class Trajectory:
         return float(self.won)
 
 
-REWARDS = ("success", "score")
+# --reward: the trajectory outcome R that GRPO's advantages and every value estimate (verification,
+# SPO) use, from the env's final info: success = 1[won] (binary, as in the ProVer paper and
+# verl-agent), or score = the benchmark's score in [0, 1] (WebShop's own env reward: partial credit
+# for type, attributes, options and price; equals success on ALFWorld and SearchQA)
+REWARDS: dict[str, Callable[[dict], float]] = {
+    "success": lambda info: float(bool(info.get("won", False))),
+    "score": lambda info: float(info.get("score", 0.0)),
+}
 
 
 def outcome(info: dict, reward: str = "success") -> float:
-    """The trajectory outcome R that GRPO's advantages and every value estimate (verification,
-    SPO) use: `success` = 1[won] (binary, as in the ProVer paper and verl-agent), or `score` = the
-    benchmark's score in [0, 1] (WebShop's own env reward: partial credit for type, attributes,
-    options and price; equals success on ALFWorld and SearchQA)."""
-    if reward == "score":
-        return float(info.get("score", 0.0))
-    if reward == "success":
-        return float(bool(info.get("won", False)))
-    raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+    """The trajectory outcome R under `reward` (see REWARDS)."""
+    if reward not in REWARDS:
+        raise ValueError(f"reward must be one of {tuple(REWARDS)}, got {reward!r}")
+    return REWARDS[reward](info)
 
 
 @dataclass
@@ -184,7 +186,7 @@ def run_episodes(agent: Agent, envs: list[Env], starts: list[AgentState], temper
     states = list(starts)
     rs = random.Random(seed ^ 0x5EED)
     # every (episode, turn) has its own sampling seed: an episode's samples do not depend on the
-    # batch it shares (data-parallel ranks reproduce a single-process run)
+    # batch it shares (data-parallel workers reproduce a single-process run)
     eids = episode_ids if episode_ids is not None else list(range(len(envs)))
     for e, s, eid in zip(envs, states, eids):
         e.restore(s.env_snap)

@@ -5,7 +5,7 @@
     python train.py --env keydoor --env-opt rooms=8    # the credit lab (known pivotal decisions)
     python train.py --env alfworld --model Qwen/Qwen3.5-2B --rollout vllm --judge openai   # GPU
     python train.py --help                             # every flag, with its meaning
-    python train.py --workers 1 ...                    # one process: breakpoint() and pdb work
+    python train.py --workers 1 --iters 1 --eval-every 0   # one process, one update: breakpoint() works
 
 One iteration (the numbered steps of `train` below):
     1. sample `tasks_per_iter` training tasks; roll out G episodes of each with the current policy
@@ -31,7 +31,7 @@ import sys
 import config
 
 if __name__ == "__main__":     # flags first: --help and a bad flag answer at once, before torch loads
-    config.parse_args(sys.argv[1:])
+    CFG = config.parse_args(sys.argv[1:])
 
 import copy  # noqa: E402
 import random  # noqa: E402
@@ -45,7 +45,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import grpo  # noqa: E402
 import methods  # noqa: E402
 from config import Config  # noqa: E402
-from infra import build, dist, launch, records, rundir, runlog  # noqa: E402
+from infra import build, dist, launch, rundir, runlog  # noqa: E402
 from infra.guard import guarded_credit  # noqa: E402
 from lab import metrics as lab_metrics  # noqa: E402
 from rollout import Agent, rollout_groups, spread_tasks  # noqa: E402
@@ -76,8 +76,7 @@ class Run:
 class Trainer:
     """Everything the loop holds between updates."""
     cfg: Config
-    rank: int
-    world: int
+    workers: object                   # infra/dist.py Workers: this process's share of the tasks (1 process: all)
     model: object
     tok: object
     opt: object
@@ -89,19 +88,19 @@ class Trainer:
     train_envs: list
     eval_envs: list
     eval_split: str
-    rows: list                        # metrics rows so far (rank 0)
     start: int
-    wall0: float = 0.0                # run time before this process (--resume): time/wall_s accumulates
     lab: object = None                # lab_metrics.LabHook in the credit lab, else None
-    loggers: object = None            # records.Loggers for --log (rank 0), else None
+    out: object = None                # infra/runlog.py RunLog: metrics, records, console, checkpoints
 
 
 def setup(cfg: Config, log) -> Trainer:
     """The env, the policy (--model or the tiny warm start), sampler, judge, optimizer and run files."""
     import torch
+    cfg.out = cfg.out or config.default_out(cfg)
+    os.makedirs(cfg.out, exist_ok=True)
     use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and bool(cfg.model) and torch.cuda.is_available())
-    rank, world = dist.init(use_cuda, fsdp=cfg.fsdp)
-    torch.set_num_threads(cfg.threads or ((os.cpu_count() or 1) // world if cfg.model else 1))
+    workers = dist.Workers(*dist.init(use_cuda, fsdp=cfg.fsdp))
+    torch.set_num_threads(cfg.threads or ((os.cpu_count() or 1) // workers.world if cfg.model else 1))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     spec, env_kw, backend_line, eval_split = build.env_setup(cfg, log)
@@ -111,7 +110,7 @@ def setup(cfg: Config, log) -> Trainer:
         model, tok, trainer_state, start, counter = rundir.load_checkpoint(cfg.out, cfg.model)
         model_dir = os.path.join(cfg.out, "checkpoint")
         log(f"resuming from {cfg.out}/checkpoint at step {start}")
-    else:   # every rank: a tiny warm start is built data-parallel (warmstart.bc_train), then loaded alike
+    else:   # every worker: a tiny warm start is built data-parallel (warmstart.bc_train), then loaded alike
         model, tok, model_dir = build.model_setup(cfg, spec, env_kw, log)
     model = build.model_extras(cfg, model, device)
     gen = build.generator_setup(cfg, model, tok, model_dir)
@@ -124,34 +123,30 @@ def setup(cfg: Config, log) -> Trainer:
     ref = build.reference_setup(cfg, model)      # frozen copy for the KL (None at --kl-coef 0; --fsdp: sharded too)
     py_rng = random.Random(cfg.seed)
     if trainer_state is not None:
-        rundir.restore_optimizer(model, opt, trainer_state)   # --fsdp: sharded state, any number of ranks
+        rundir.restore_optimizer(model, opt, trainer_state)   # --fsdp: sharded state, any number of workers
         py_rng.setstate(trainer_state["rng"]["py"])
         torch.set_rng_state(trainer_state["rng"]["torch"])
-    rows = []
-    if rank == 0:
-        resolved = dict(asdict(cfg), env_backend_resolved=backend_line, eval_split_resolved=eval_split,
-                        model_dir=model_dir, env_kwargs=env_kw, world_size=world)
-        rows = rundir.start_files(cfg.out, resolved, start, methods.segments_header(cfg.method))
-    n_local = len(range(rank, cfg.tasks_per_iter, world))
+    resolved = dict(asdict(cfg), env_backend_resolved=backend_line, eval_split_resolved=eval_split,
+                    model_dir=model_dir, env_kwargs=env_kw, world_size=workers.world)
+    out = runlog.RunLog(cfg, workers, start, resolved, methods.segments_header(cfg.method), log)
+    n_local = len(workers.mine(cfg.tasks_per_iter))
     train_envs = [spec.make(split=spec.splits[0], seed=cfg.seed, **env_kw) for _ in range(n_local * cfg.group_size)]
-    wall0 = float(rows[-1].get("time/wall_s", 0.0)) if start > 0 and rows else 0.0
     hook = lab_metrics.make_hook(agent, spec, env_kw, cfg.seed, cfg.temperature, cfg.method)
-    return Trainer(cfg, rank, world, model, tok, opt, gen, run, ucfg, ref, py_rng, train_envs, [], eval_split, rows,
-                   start, wall0, hook)
+    return Trainer(cfg, workers, model, tok, opt, gen, run, ucfg, ref, py_rng, train_envs, [], eval_split, start, hook, out)
 
 
 def rollout(tr: Trainer) -> list:
-    """1. This update's tasks (identical on every rank) and the rollouts of this rank's groups."""
+    """1. This update's tasks (identical on every worker) and the rollouts of this worker's groups."""
     cfg = tr.cfg
     tasks = [tr.py_rng.randrange(10**6) for _ in range(cfg.tasks_per_iter)]
     seed = tr.py_rng.getrandbits(31)
-    mine = list(range(tr.rank, cfg.tasks_per_iter, tr.world))
+    mine = tr.workers.mine(cfg.tasks_per_iter)
     return rollout_groups(tr.run.agent, tr.train_envs, [tasks[p] for p in mine], cfg.group_size, cfg.temperature,
                           seed=seed, positions=mine)
 
 
 def update(tr: Trainer, groups: list, adv: list, step: int) -> dict:
-    """4. The PPO-clip update (gradients summed over ranks), then push the weights to the sampler."""
+    """4. The PPO-clip update (gradients summed over the workers), then push the weights to the sampler."""
     lr = lr_at(tr.cfg, step)
     for g in tr.opt.param_groups:
         g["lr"] = lr
@@ -171,11 +166,11 @@ def lr_at(cfg: Config, step: int) -> float:
 
 def evaluate(tr: Trainer) -> dict:
     """5. Held-out success at --eval-temperature: `eval_episodes` tasks spread over the split, each
-    played `eval_repeats` times. Each rank plays every world-th task; episode seeds come from the
-    task's global position, so the result does not depend on the number of workers."""
+    played `eval_repeats` times. Each worker plays its share of the tasks; episode seeds come from
+    the task's position, so the result does not depend on the number of workers."""
     cfg, agent, spec = tr.cfg, tr.run.agent, tr.run.spec
     tasks = spread_tasks(spec.num_tasks(tr.eval_split), cfg.eval_episodes or spec.num_tasks(tr.eval_split))
-    mine, R = list(range(tr.rank, len(tasks), tr.world)), cfg.eval_repeats
+    mine, R = tr.workers.mine(len(tasks)), cfg.eval_repeats
     while len(tr.eval_envs) < len(mine) * R:
         tr.eval_envs.append(spec.make(split=tr.eval_split, seed=cfg.seed, **tr.run.env_kwargs))
     tok0 = agent.counter["tokens/eval"]
@@ -184,7 +179,7 @@ def evaluate(tr: Trainer) -> dict:
     exp_r = tr.lab.expected_reward if tr.lab else (lambda t: None)    # the lab: E[R | decisions] too
     local = {"eps": [(t.success, t.score, len(t.turns), t.task_type, exp_r(t)) for g in groups for t in g],
              "tokens": agent.counter["tokens/eval"] - tok0}
-    parts = dist.gather(local, tr.world)
+    parts = tr.workers.gather(local)
     eps = [e for p in parts for e in p["eps"]]
     n = len(eps)
     m = {"eval/success": sum(e[0] for e in eps) / n, "eval/score": sum(e[1] for e in eps) / n,
@@ -199,10 +194,6 @@ def evaluate(tr: Trainer) -> dict:
     return m
 
 
-def default_out(cfg: Config) -> str:
-    return os.path.join("runs", f"{cfg.env}-{cfg.method}-s{cfg.seed}")
-
-
 def checkpoint_interval(cfg: Config) -> int:
     """--checkpoint-every with 0 (auto) resolved: every update for the tiny policy (~10 ms against
     ~1 s an update, so a stop loses no finished update); every 10 for a real model (GBs)."""
@@ -210,25 +201,19 @@ def checkpoint_interval(cfg: Config) -> int:
 
 
 def train(cfg: Config) -> str:
-    from tqdm import tqdm
-    cfg.out = cfg.out or default_out(cfg)
-    os.makedirs(cfg.out, exist_ok=True)
-    rank0 = int(os.environ.get("RANK", "0")) == 0
-    log = tqdm.write if rank0 else (lambda *a, **k: None)
+    """The loop (the module docstring's numbered steps); returns the run directory."""
+    log = runlog.console()
     tr = setup(cfg, log)
     agent, credit_fn = tr.run.agent, methods.credit_fn(cfg.method)
-    if rank0 and cfg.log:
-        tr.loggers = records.Loggers(cfg.log, cfg.out, asdict(cfg), tr.start)
     log(f"run: {cfg.out} | env {cfg.env} | method {cfg.method} | G={cfg.group_size} x {cfg.tasks_per_iter} tasks"
-        f"{f' over {tr.world} ranks' if tr.world > 1 else ''} | {cfg.iters} updates | eval on {tr.eval_split} every {cfg.eval_every}"
-        f" | sampler {getattr(agent.gen, 'runner_name', cfg.rollout)} | checkpoint every {checkpoint_interval(cfg)}"
-        " | console 'tok R+Vv+Jj': generated tokens of rollouts + verification + judge")
-    # no terminal (a log file, CI): the bar's redraws would be hundreds of lines; log_row's line is the progress
-    bar = tqdm(total=cfg.iters, initial=tr.start, desc="updates", disable=not rank0 or not sys.stderr.isatty())
-    if tr.start == 0 and cfg.eval_every:                        # 5. the warm start's held-out success
-        m = evaluate(tr)
-        if rank0:
-            runlog.log_row(tr, {"step": 0, **m, "tokens/rollout": 0, "tokens/verify": 0, "tokens/judge": 0}, log, bar)
+        f"{f' over {tr.workers.world} ranks' if tr.workers.world > 1 else ''} | {cfg.iters} updates"
+        f" | eval on {tr.eval_split} every {cfg.eval_every} | sampler {getattr(agent.gen, 'runner_name', cfg.rollout)}"
+        f" | checkpoint every {checkpoint_interval(cfg)} | console 'tok R+Vv+Jj': generated tokens of rollouts"
+        " + verification + judge")
+    if line := config.defaults_line(cfg):                    # the env's (and method's) own defaults, in effect
+        log(line)
+    if tr.start == 0 and cfg.eval_every:
+        tr.out.first(evaluate(tr))                                                         # 5. the warm start's
     step = tr.start
     try:
         for step in range(tr.start + 1, cfg.iters + 1):
@@ -243,45 +228,22 @@ def train(cfg: Config) -> str:
             lab_stats = tr.lab.after_credit(tr.model, groups, adv_grpo, adv, tr.run.proposals) if tr.lab else {}
             ustats = update(tr, groups, adv, step)                                         # 4. PPO-clip update
             counts = Counter({k: agent.counter[k] - before[k] for k in agent.counter})
-            row = runlog.metrics_row(tr, step, groups, counts, cstats, ustats, lab_stats,  # 6. metrics
-                                     {"time/iter_s": time.time() - t0, "time/credit_s": t_credit})
-            rec = runlog.update_record(tr, step, groups, adv_grpo, adv, row)               # 6. credit record
-            if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.iters):
-                m = evaluate(tr)                                                           # 5. held-out eval
-                if row is not None:
-                    row.update(m)
-            save = step % checkpoint_interval(cfg) == 0 or step == cfg.iters
-            if row is None:                                   # ranks > 0: rank 0 logs and checkpoints
-                if save and dist.is_sharded(tr.model):        # --fsdp: every rank writes its own shards
-                    rundir.save_checkpoint(cfg.out, tr.model, tr.tok, tr.opt, step, agent.counter, build.rng_state(tr.py_rng))
-                continue
-            # record, row, checkpoint in this order: a kill leaves lines past the checkpoint at
-            # worst, which --resume drops and re-does (rundir.start_files)
-            rundir.append_jsonl(cfg.out, "records.jsonl", records.dumps(rec))
-            runlog.log_row(tr, row, log, bar)                                              # 6. log, plot
-            if save:
-                rundir.save_checkpoint(cfg.out, tr.model, tr.tok, tr.opt, step, agent.counter, build.rng_state(tr.py_rng))
+            secs = {"time/iter_s": time.time() - t0, "time/credit_s": t_credit}
+            evals = evaluate(tr) if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.iters) else {}  # 5.
+            tr.out.update(tr, step, groups, adv_grpo, adv, counts, cstats, ustats, lab_stats, secs, evals,  # 6. write
+                          save=step % checkpoint_interval(cfg) == 0 or step == cfg.iters)
     except KeyboardInterrupt:
-        bar.close()
-        if not rank0:
-            raise SystemExit(130)
-        s = rundir.checkpoint_step(cfg.out)
-        print(f"\ninterrupted at update {step}; last complete checkpoint: "
-              + (f"{cfg.out}/checkpoint (step {s}); continue with --resume" if s is not None else "none yet"), file=sys.stderr)
+        tr.out.interrupted(step)
         raise SystemExit(130)
-    bar.close()
-    if rank0 and tr.rows:
-        rundir.plot_curves(cfg.out, tr.rows)
-        runlog.write_report(tr, log)
-    if tr.loggers is not None:
-        tr.loggers.close()
-    dist.barrier()
+    tr.out.finish()
     return cfg.out
 
 
-def main(argv=None):
-    launch.main(list(sys.argv[1:] if argv is None else argv), train, default_out, os.path.abspath(__file__))
+def main(argv=None, cfg=None):
+    """`python train.py ARGV`: the flags parsed once (above, when run as a script), then infra/launch.py."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    launch.main(cfg or config.parse_args(argv), argv, train, os.path.abspath(__file__))
 
 
 if __name__ == "__main__":
-    main()
+    main(cfg=CFG)

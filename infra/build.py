@@ -19,8 +19,7 @@ import random
 from infra import dist
 import envs
 import judge
-from lab.truth_judge import TruthJudge
-from methods import METHODS, criticsearch
+from methods import METHODS, criticsearch, spo
 from infra import policy
 from infra import warmstart
 
@@ -33,7 +32,8 @@ def env_setup(cfg, log):
     kw.update(envs.parse_env_opts(spec, cfg.env_opt))
     if cfg.max_steps:
         kw["max_steps"] = cfg.max_steps
-    spec.make(split=spec.splits[0], seed=cfg.seed, **kw)   # the env's own cross-option checks, now
+    env = spec.make(split=spec.splits[0], seed=cfg.seed, **kw)   # the env's own cross-option checks, now
+    check_env(cfg, env)
     log(backend_line)
     eval_split = cfg.eval_split or spec.splits[1]
     if eval_split not in spec.splits:
@@ -42,6 +42,23 @@ def env_setup(cfg, log):
         raise ValueError(f"--eval-episodes 0 (the whole split): {cfg.env}'s split {eval_split!r} is generated, "
                          "not finite; give a number of tasks")
     return spec, kw, backend_line, eval_split
+
+
+def check_env(cfg, env) -> None:
+    """What a run needs of the env beyond the Env protocol, said before anything is built."""
+    if not (cfg.model or cfg.resume) and cfg.bc_episodes and not callable(getattr(env, "expert_action", None)):
+        raise ValueError(f"env {cfg.env} has no expert_action(): the tiny policy's warm start clones the env's expert; "
+                         "add one, give --model, or start from an untrained policy with --bc-episodes 0")
+    # SPO cuts a trajectory at turn boundaries; one past the step limit never falls inside an
+    # episode, and the method would be GRPO under another name
+    if cfg.method not in ("spo-chain", "spo-tree"):
+        return
+    chain = cfg.method == "spo-chain"
+    first = cfg.spo_interval if chain else min(spo.parse_depths(cfg.spo_tree_depths), default=env.max_steps)
+    if first >= env.max_steps:
+        flag = f"--spo-interval {cfg.spo_interval}" if chain else f"--spo-tree-depths {cfg.spo_tree_depths}"
+        raise ValueError(f"{flag}: {cfg.method}'s first cut must fall inside an episode of at most {env.max_steps} "
+                         f"steps (env {cfg.env}); give a smaller one (an env sets its own in EnvSpec.defaults)")
 
 
 def model_setup(cfg, spec, env_kw, log):
@@ -169,8 +186,6 @@ def judge_setup(cfg, model, tok):
             kw.update(model=sampling_model(model), tokenizer=tok)
     if kind == "critic":
         return criticsearch.make_critic(cfg.judge, **kw)
-    if cfg.judge == "truth":             # the credit lab's perfect selection (config.validate: keydoor only)
-        return TruthJudge()
     return judge.make_judge(cfg.judge, **kw)
 
 

@@ -34,6 +34,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,6 +107,56 @@ def barrier() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Workers: the one interface the core uses (train.py's loop, grpo.step)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Workers:
+    """This process's place among the run's data-parallel workers: rank `rank` of `world`. In one
+    process (0 of 1) every method is the identity, so the core reads as single-process code."""
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def lead(self) -> bool:
+        """The worker that writes the run directory and the console (rank 0)."""
+        return self.rank == 0
+
+    def mine(self, n: int) -> list[int]:
+        """The positions (of n tasks) this worker owns: every world-th, from its rank."""
+        return list(range(self.rank, n, self.world))
+
+    def gather(self, obj) -> list:
+        """Every worker's picklable `obj`, in rank order."""
+        return gather(obj, self.world)
+
+    def sum(self, x):
+        """A tensor summed over the workers, in place (and returned)."""
+        return all_reduce(x)
+
+    def summed_grads(self, model) -> list:
+        """The trainable parameters, their gradients summed over the workers (a sharded model's
+        were reduce-scattered, summed, in its backward already)."""
+        return [p for p in model.parameters() if p.requires_grad] if is_sharded(model) else all_reduce_grads(model)
+
+    def passes(self, model, batches: list, dummy) -> list:
+        """(batch, real) for each forward/backward pass of an update: every batch, real; for a
+        sharded model, then (dummy, False) until this worker has run as many passes as the busiest
+        (each pass of a sharded model is a collective: every worker must run it)."""
+        out = [(b, True) for b in batches]
+        if is_sharded(model):
+            import torch
+            dev = next(model.parameters()).device
+            most = int(all_reduce(torch.tensor([float(len(batches))], device=dev), op="max")[0].item())
+            out += [(dummy, False)] * (most - len(batches))
+        return out
+
+
+def workers() -> Workers:
+    """This process's Workers (of the initialised process group; 0 of 1 otherwise)."""
+    return Workers(*rank_world())
+
+
+# ---------------------------------------------------------------------------------------------
 # FSDP2 (--fsdp): the policy sharded over the ranks
 # ---------------------------------------------------------------------------------------------
 # Memory per rank for N parameters over W ranks (fp32 master weights, AdamW):
@@ -128,9 +179,9 @@ def barrier() -> None:
 # * Gradients: every rank's loss is its token-sum over the GLOBAL token count (grpo.step), so the
 #   gradients must be *summed* over ranks. FSDP2 averages by default (divides by W); we set the
 #   divide factor to 1 and force plain SUM collectives (gloo has no PREMUL_SUM), on every unit.
-#   dist.all_reduce_grads is then skipped (grpo.step): FSDP has reduced them already.
+#   all_reduce_grads is then skipped (Workers.summed_grads): FSDP has reduced them already.
 # * Collectives in lockstep: each forward/backward of a sharded model is a collective, so every
-#   rank must run the same number of them. grpo.step pads the ranks with fewer micro-batches with
+#   rank must run the same number of them. Workers.passes pads the ranks with fewer micro-batches with
 #   zero-weight passes; generation never touches the sharded model (below), because rollouts have
 #   rank-dependent lengths and would deadlock.
 # * Mixed precision (`--bf16`): MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) — layers

@@ -1,8 +1,9 @@
 """Process management around one training run: flags, the run lock, local workers, signals, errors.
 
-    main(argv, train, default_out, script)    # train.py's entry point
+    main(cfg, argv, train, script)    # train.py's entry point: the parsed flags, and argv for workers
 
-1. Parse and validate the flags (config.py): a bad one is one line and exit 2, before anything is built.
+1. Validate the flags (config.py; train.py parsed them): a bad one is one line and exit 2, before
+   anything is built.
 2. Lock the run directory (one run per directory: a --resume beside a live run would interleave
    rows and checkpoints); workers inherit the lock.
 3. `--workers N > 1` (the default for the tiny policy on CPU: one per core): start N copies of
@@ -18,14 +19,15 @@ import os
 import sys
 import time
 
-from config import parse_args, validate
+from config import default_out, validate
 from infra import dist, rundir
 from infra.runlog import T_START
 
 
-def main(argv: list[str], train, default_out, script: str) -> None:
-    """`python train.py ARGV`: validate, lock the run directory, then train here or in n workers."""
-    cfg = parse_args(argv)
+def main(cfg, argv: list[str], train, script: str) -> None:
+    """`python train.py ARGV` (cfg: ARGV parsed): validate, lock the run directory, then train here
+    or in n workers (each parses ARGV itself)."""
+    cfg.out = cfg.out or default_out(cfg)
     try:
         validate(cfg)
         tiny_cpu = not cfg.model and cfg.rollout == "hf" and cfg.device != "cuda"
@@ -40,7 +42,6 @@ def main(argv: list[str], train, default_out, script: str) -> None:
     elif rank == 0:                   # the launcher, a single process, or torchrun's rank 0
         # One run per directory, checked before anything is built (a --resume beside a live run
         # would interleave rows and checkpoints). The workers inherit the lock (keep_fds below).
-        cfg.out = cfg.out or default_out(cfg)
         os.makedirs(cfg.out, exist_ok=True)
         try:
             lock = rundir.lock_run(cfg.out)

@@ -1,24 +1,26 @@
 """What the training loop writes after each update: the metrics row, the credit record, the console line.
 
-    row = metrics_row(tr, step, groups, counts, cstats, ustats, lab_stats, secs)   # gathered over ranks
-    rec = update_record(tr, step, groups, adv_grpo, adv, row)                       # records.jsonl
-    log_row(tr, row, log, bar)           # metrics.jsonl, --log loggers, curves.png / report.html, console
+    out = RunLog(cfg, workers, start, resolved_config, segments_header, log)   # config.json, metrics cut at start
+    out.update(tr, step, groups, adv_grpo, adv, counts, cstats, ustats, lab_stats, secs, evals, save)
+    out.finish()                         # curves.png, report.html
 
-Every function that gathers (`metrics_row`, `update_record`) must be called on every rank; rank 0
-gets the result, the others None. Method metrics are merged over ranks by name: counts add up,
-keys with mean/rate/len/share are averaged. `credit/share` = Σ|A − A^GRPO|·n / Σ|A^GRPO|·n over
-the batch's tokens: how far the method moved the update from GRPO's own push.
+Every worker calls every method (the rows are gathered over the data-parallel workers); the lead
+worker writes metrics.jsonl, records.jsonl, the --log loggers, the console and the checkpoint (a
+sharded one: every worker its shards). Method metrics are merged over workers by name: counts add
+up, keys with mean/rate/len/share are averaged. `credit/share` = Σ|A − A^GRPO|·n / Σ|A^GRPO|·n
+over the batch's tokens: how far the method moved the update from GRPO's own push.
 Leaves out: anything a method computes itself (its metrics come in `cstats`).
 """
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import grpo
-from infra import dist, records, report, rundir
+from infra import build, dist, records, report, rundir
 from lab import metrics as lab_metrics
 
 
@@ -44,13 +46,13 @@ class Episode:
 
 def metrics_row(tr, step: int, groups: list, counts: Counter, cstats: dict, ustats: dict,
                 lab_stats: dict, secs: dict) -> dict | None:
-    """6. The update's metrics, gathered over ranks; the row on rank 0 (None elsewhere)."""
+    """6. The update's metrics, gathered over the workers; the row on the lead (None elsewhere)."""
     eps = [Episode(t.success, t.score, len(t.turns), sum(not tn.valid for tn in t.turns),
                    int(sum(grpo.turn_penalty(tn, 0.0, 1.0) for tn in t.turns))) for g in groups for t in g]
     local = {"eps": eps, "mixed": sum(len({t.R for t in g}) > 1 for g in groups),   # groups with a GRPO signal
              "counts": counts, "credit": cstats, "lab": lab_stats}
-    parts = dist.gather(local, tr.world)
-    if tr.rank != 0:
+    parts = tr.workers.gather(local)
+    if not tr.workers.lead:
         return None
     eps = [e for p in parts for e in p["eps"]]
     d: Counter = Counter()
@@ -107,50 +109,111 @@ T_START = float(os.environ.get("PROVER_T0", time.time()))
 
 
 def update_record(tr, step: int, groups: list, adv_grpo: list, adv: list, row: dict | None) -> dict | None:
-    """6. The update's credit record (records.py): each rank offers its best MAX_GROUPS groups, rank
-    0 keeps the best of all and returns the record (None elsewhere). Every rank must call it."""
+    """6. The update's credit record (records.py): each worker offers its best MAX_GROUPS groups,
+    the lead keeps the best of all and returns the record (None elsewhere). Every worker calls it."""
     cfg = tr.cfg
     local = records.group_entries(groups, adv_grpo, adv, tr.run.records, cfg.min_success, cfg.max_success)
-    parts = dist.gather(local, tr.world)
-    return records.make_record(step, cfg.method, parts, row) if tr.rank == 0 else None
+    parts = tr.workers.gather(local)
+    return records.make_record(step, cfg.method, parts, row) if tr.workers.lead else None
 
 
-def write_report(tr, log) -> None:
-    """report.html (report.py). A failure is logged to errors.log and the run goes on (--strict
-    re-raises): the page is a view, never a reason to lose a run."""
-    try:
-        report.write(tr.cfg.out)
-    except Exception as e:
-        if tr.cfg.strict:
-            raise
-        rundir.log_error(tr.cfg.out, tr.rows[-1]["step"] if tr.rows else 0, "report.html", e)
-        log(f"report.html failed ({type(e).__name__}: {str(e)[:120]}); see errors.log")
+def console():
+    """The console line writer: above the progress bar on the lead worker, silent elsewhere (its
+    RANK is set by torchrun or dist.launch before the process group exists)."""
+    from tqdm import tqdm
+    return tqdm.write if int(os.environ.get("RANK", "0")) == 0 else (lambda *a, **k: None)
 
 
-def log_row(tr, row: dict, log, bar) -> None:
-    row["time/wall_s"] = round(tr.wall0 + time.time() - T_START, 1)
-    row.setdefault("tokens/eval", 0)
-    tr.rows.append(row)
-    rundir.append_row(tr.cfg.out, row)
-    if tr.loggers is not None:                 # --log: TensorBoard / wandb get the same keys
-        tr.loggers.log(row)
-    # curves.png and report.html after each evaluation (the end's redraw is train()'s): a bounded
-    # cost, ~0.3 s + ~0.1 s per evaluation, which itself takes far longer; every update would add
-    # ~30% to a tiny-policy run
-    if "eval/success" in row and row["step"] < tr.cfg.iters:
-        rundir.plot_curves(tr.cfg.out, tr.rows)
-        write_report(tr, log)
-    if row["step"] == 0:
-        log(f"step 0 | eval {row['eval/success']:.3f} (warm start)")
-        return
-    bar.update(1)
-    bar.set_postfix(train=f"{row['train/success']:.2f}", **({"eval": f"{row['eval/success']:.2f}"} if "eval/success" in row else {}))
-    log(f"step {row['step']} | train {row['train/success']:.3f} | "
-        + (f"eval {row['eval/success']:.3f} | " if "eval/success" in row else "")
-        + f"tok {row['tokens/rollout']}+{row['tokens/verify']}v+{row['tokens/judge']}j | {row['time/iter_s']:.1f}s")
-    failing = judge_failures(row)
-    if failing:
-        log(f"step {row['step']} | judge failing: {failing}")
+class RunLog:
+    """The run directory and the console as the loop sees them (module docstring)."""
+
+    def __init__(self, cfg, workers, start: int, resolved: dict, segments_header: str | None, log):
+        from tqdm import tqdm
+        self.cfg, self.workers, self.log = cfg, workers, log
+        self.rows = rundir.start_files(cfg.out, resolved, start, segments_header) if workers.lead else []
+        # run time before this process (--resume): time/wall_s accumulates
+        self.wall0 = float(self.rows[-1].get("time/wall_s", 0.0)) if start > 0 and self.rows else 0.0
+        self.loggers = records.Loggers(cfg.log, cfg.out, asdict(cfg), start) if workers.lead and cfg.log else None
+        # no terminal (a log file, CI): the bar's redraws would be hundreds of lines; the row's line is the progress
+        self.bar = tqdm(total=cfg.iters, initial=start, desc="updates", disable=not workers.lead or not sys.stderr.isatty())
+
+    def first(self, evals: dict) -> None:
+        """The warm start's held-out success (step 0)."""
+        if self.workers.lead:
+            self.row({"step": 0, **evals, "tokens/rollout": 0, "tokens/verify": 0, "tokens/judge": 0})
+
+    def update(self, tr, step: int, groups, adv_grpo, adv, counts, cstats, ustats, lab_stats, secs, evals, save: bool):
+        """6. The update's row and record (gathered), written with the checkpoint (`save`)."""
+        row = metrics_row(tr, step, groups, counts, cstats, ustats, lab_stats, secs)
+        rec = update_record(tr, step, groups, adv_grpo, adv, row)
+        if row is not None:
+            row.update(evals)
+        if self.workers.lead:
+            # record, row, checkpoint in this order: a kill leaves lines past the checkpoint at
+            # worst, which --resume drops and re-does (rundir.start_files)
+            rundir.append_jsonl(self.cfg.out, "records.jsonl", records.dumps(rec))
+            self.row(row)
+        if save and (self.workers.lead or dist.is_sharded(tr.model)):   # sharded: every worker its shards
+            rundir.save_checkpoint(self.cfg.out, tr.model, tr.tok, tr.opt, step, tr.run.agent.counter,
+                                   build.rng_state(tr.py_rng))
+
+    def interrupted(self, step: int) -> None:
+        """Ctrl-C or SIGTERM in the loop: the lead says where the last complete checkpoint is."""
+        self.bar.close()
+        if self.workers.lead:
+            s = rundir.checkpoint_step(self.cfg.out)
+            print(f"\ninterrupted at update {step}; last complete checkpoint: "
+                  + (f"{self.cfg.out}/checkpoint (step {s}); continue with --resume" if s is not None else "none yet"),
+                  file=sys.stderr)
+
+    def finish(self) -> None:
+        """curves.png and report.html, the loggers closed; every worker waits for the lead."""
+        self.bar.close()
+        if self.workers.lead and self.rows:
+            rundir.plot_curves(self.cfg.out, self.rows)
+            self.report()
+        if self.loggers is not None:
+            self.loggers.close()
+        dist.barrier()
+
+    def report(self) -> None:
+        """report.html (report.py). A failure is logged to errors.log and the run goes on (--strict
+        re-raises): the page is a view, never a reason to lose a run."""
+        try:
+            report.write(self.cfg.out)
+        except Exception as e:
+            if self.cfg.strict:
+                raise
+            rundir.log_error(self.cfg.out, self.rows[-1]["step"] if self.rows else 0, "report.html", e)
+            self.log(f"report.html failed ({type(e).__name__}: {str(e)[:120]}); see errors.log")
+
+    def row(self, row: dict) -> None:
+        """One metrics row: metrics.jsonl, the loggers, the plots after an evaluation, the console."""
+        row["time/wall_s"] = round(self.wall0 + time.time() - T_START, 1)
+        row.setdefault("tokens/eval", 0)
+        self.rows.append(row)
+        rundir.append_row(self.cfg.out, row)
+        if self.loggers is not None:                 # --log: TensorBoard / wandb get the same keys
+            self.loggers.log(row)
+        # curves.png and report.html after each evaluation (the end's redraw is finish()'s): a bounded
+        # cost, ~0.3 s + ~0.1 s per evaluation, which itself takes far longer; every update would add
+        # ~30% to a tiny-policy run
+        if "eval/success" in row and row["step"] < self.cfg.iters:
+            rundir.plot_curves(self.cfg.out, self.rows)
+            self.report()
+        log = self.log
+        if row["step"] == 0:
+            log(f"step 0 | eval {row['eval/success']:.3f} (warm start)")
+            return
+        self.bar.update(1)
+        self.bar.set_postfix(train=f"{row['train/success']:.2f}",
+                             **({"eval": f"{row['eval/success']:.2f}"} if "eval/success" in row else {}))
+        log(f"step {row['step']} | train {row['train/success']:.3f} | "
+            + (f"eval {row['eval/success']:.3f} | " if "eval/success" in row else "")
+            + f"tok {row['tokens/rollout']}+{row['tokens/verify']}v+{row['tokens/judge']}j | {row['time/iter_s']:.1f}s")
+        failing = judge_failures(row)
+        if failing:
+            log(f"step {row['step']} | judge failing: {failing}")
 
 
 # drop reasons that mean the judge's endpoint, not the proposal, failed (chat.py's error strings)

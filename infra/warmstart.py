@@ -11,7 +11,8 @@ Nothing can be downloaded on the laptop default, so the policy is *built*:
        the expert's action at states the noisy policy actually visits):
            L_BC = − Σ_response tokens log π(token | prompt) / (number of response tokens)
        stopped early on purpose (a target success rate, checked every `check_every` steps) so the
-       policy starts imperfect and RL has something to do.
+       policy starts imperfect and RL has something to do. `--bc-episodes 0` skips it: RL starts
+       from the random initialisation (a toy env, or one without an expert).
 The result is saved as an ordinary HF folder (AutoModelForCausalLM / AutoTokenizer load it) under
 a cache dir keyed by env + config, so a second run skips the warm start. With train.py's local
 workers the cloning is data parallel (each rank half of every batch and of the success checks).
@@ -299,17 +300,19 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
         return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), tok, folder
     t0 = time.time()
     log(f"tiny policy: building tokenizer + Qwen3 model and behaviour cloning ({bc.episodes} noisy expert "
-        f"episodes, {bc.steps} steps); cached at {folder}")
+        f"episodes, {bc.steps} steps); cached at {folder}" if bc.episodes else
+        f"tiny policy: building tokenizer + Qwen3 model, untrained (--bc-episodes 0); cached at {folder}")
     tok = env_tokenizer(spec)
     model = build_tiny_model(len(tok), tiny, seed)
-    fmt = Agent(gen=None, tok=tok, spec=spec, compact=True, history_len=history_len)
-    data = collect_demos(spec, env_kwargs, fmt, bc, seed)
-    unk = sum(t == tok.unk_token_id for p, tg in data for t in p + tg)
-    if unk:
-        log(f"tiny policy: warning: {unk} <unk> tokens in the demonstrations (vocabulary gap)")
-    checks: list[dict] = []
-    check = success_check(spec, env_kwargs, model, tok, bc, seed, history_len, log, checks) if bc.target > 0 else None
-    losses = bc_train(model, data, bc, tok.pad_token_id, seed, check)
+    data, losses, checks = [], [], []
+    if bc.episodes:          # 0: no behaviour cloning, RL starts from the random initialisation
+        fmt = Agent(gen=None, tok=tok, spec=spec, compact=True, history_len=history_len)
+        data = collect_demos(spec, env_kwargs, fmt, bc, seed)
+        unk = sum(t == tok.unk_token_id for p, tg in data for t in p + tg)
+        if unk:
+            log(f"tiny policy: warning: {unk} <unk> tokens in the demonstrations (vocabulary gap)")
+        check = success_check(spec, env_kwargs, model, tok, bc, seed, history_len, log, checks) if bc.target > 0 else None
+        losses = bc_train(model, data, bc, tok.pad_token_id, seed, check)
     if rank != 0:            # data-parallel warm start: rank 0 writes the cache, the others load it
         dist.barrier()
         tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
@@ -319,7 +322,7 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     with open(os.path.join(tmp, "done.json"), "w") as f:
-        json.dump({"key": json.loads(key), "demos": len(data), "steps": len(losses), "final_loss": losses[-1],
+        json.dump({"key": json.loads(key), "demos": len(data), "steps": len(losses), "final_loss": losses[-1] if losses else None,
                    "checks": checks, "seconds": time.time() - t0}, f, indent=1)
     try:
         os.replace(tmp, folder)  # atomic: a half-written cache is never picked up
@@ -327,7 +330,7 @@ def tiny_policy(spec, env_kwargs: dict, tiny: TinyConfig, bc: BCConfig, seed: in
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"tiny policy: warm start done in {time.time() - t0:.0f}s ({len(data)} demo steps, {len(losses)} BC steps"
         + (f", stopped at success {checks[-1]['success']:.3f}" if checks and checks[-1]["success"] >= bc.target else "")
-        + f", final loss {losses[-1]:.3f}" + (f", {world} workers" if world > 1 else "") + ")")
+        + (f", final loss {losses[-1]:.3f}" if losses else "") + (f", {world} workers" if world > 1 else "") + ")")
     if world > 1:
         dist.barrier()
     tok = AutoTokenizer.from_pretrained(folder, padding_side="left")

@@ -6,7 +6,8 @@ rollouts to a group, as grpo-matched does); `run` is train.Run (config, agent, s
 
 `METHODS` is the only list of method names: `--help`, config validation, the judge's set-up and
 README's method table all read it. A credit function is named as "module:function" and imported
-when a run starts, so `train.py --help` needs no torch.
+when a run starts, so `train.py --help` needs no torch. A method that is another with some flags
+preset is one line below the dict: `METHODS[name] = variant(base, doc, flag=value, ...)`.
 
     grpo          GRPO alone (the credit step adds nothing)
     prover        prover.py: the paper (methods/prover_options.py when a flag beyond the paper is set)
@@ -19,7 +20,7 @@ when a run starts, so `train.py --help` needs no torch.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 
@@ -35,6 +36,13 @@ class Method:
                               # "final" (A itself: the method replaces GRPO) | "" (no per-turn credit)
     options: str = ""         # "module:function" run instead of `credit` when a flag beyond the paper
                               # is set (prover: methods/prover_options.py's `beyond_paper`)
+    flags: dict = field(default_factory=dict)   # Config fields it presets where the flag is not given
+
+
+def variant(base: str, doc: str, **flags) -> Method:
+    """A registered method with flags preset: `METHODS["prover-focus"] = variant("prover", "ProVer,
+    the success's other turns at half their GRPO advantage", focus=0.5)` is the whole method."""
+    return replace(METHODS[base], doc=doc, flags={**METHODS[base].flags, **flags})
 
 
 PROVER_SEGMENTS = "prover:SEGMENTS_HEADER"

@@ -24,7 +24,7 @@ What it implements
         domain restricts `examineObject` to the held object (one precondition, patched below);
       * no `sliceable` facts are emitted (no task needs slicing; the simulator omits it too).
 (c) `official_data_status` / `resolve_backend` — the one-line start-up message and the clear error
-    when the real backend is forced without data.
+    when the real backend is forced without data. `SPEC`: ALFWorld's entry in envs.ENVS (either engine).
 
 How to run: the equivalence test plays exported games here against the simulator:
     .venv/bin/python -m pytest -q tests/test_alfworld_equivalence.py
@@ -40,6 +40,7 @@ import re
 import zlib
 from typing import Any
 
+import envs
 from sims import household
 
 SUBDIR = "json_2.1.1"
@@ -307,3 +308,14 @@ def write_game(game: household.Game, out_dir: str, walkthrough: list[str] | None
     with open(path, "w") as f:
         json.dump(export_game(game, walkthrough), f)
     return path
+
+
+# ---------------------------------------------------------------------------------------------
+# The registration (envs.ENVS): the built-in simulator (sims/household.py) or this engine
+# ---------------------------------------------------------------------------------------------
+SPEC = envs.EnvSpec(
+    name="alfworld", make=make_alfworld, splits=household.SPLITS,
+    num_tasks=household.num_tasks, vocabulary=household.vocabulary,
+    chat_prompt=envs.alfworld_chat_prompt, compact_prompt=envs.compact_prompt, parse=envs.parse_action_tag,
+    task_types=household.TASK_TYPES, backend=backend_kwargs,
+    config_kwargs={"preset": "preset"}, demo_kwargs={"bc_expert": "expert"})

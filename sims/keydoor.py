@@ -431,7 +431,11 @@ def chat_prompt(v: envs.PromptInput, history_len: int = 2) -> str:
 SPEC = envs.EnvSpec(
     name="keydoor", make=make, splits=SPLITS, num_tasks=num_tasks, vocabulary=vocabulary,
     chat_prompt=chat_prompt, compact_prompt=envs.compact_prompt, parse=envs.parse_action_tag,
-    task_types=("keydoor",), options=OPTIONS,
+    task_types=("keydoor",), options=OPTIONS, lab=True,
+    # the corridor is learned in few BC steps (stopped at a fixed step) and a run is meant to be
+    # cheap (many seeds)
+    defaults={"bc_episodes": 100, "bc_steps": 150, "bc_target": 0.0, "iters": 40, "history_len": 2,
+              "eval_every": 10, "max_new_tokens": 12},
     # for lab/metrics.py: the pivotal action, and the action that walks toward it (probe prompts are the
     # states in the pivot room reached by walking there on held-out tasks)
     extra={"pivot_action": "take key", "walk_action": "go forward"})

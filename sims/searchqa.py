@@ -757,7 +757,11 @@ SPEC = envs.EnvSpec(
     backend=lambda b: envs.builtin_or_real("searchqa", b),
     response=lambda a: a,  # actions are already `<search>q</search>` / `<answer>a</answer>`
     options={"world": envs.EnvOption(int, 0, lambda v: None if v >= 0 else "must be >= 0",
-                                     "which generated KB and questions; --seed never changes it")})
+                                     "which generated KB and questions; --seed never changes it")},
+    # episodes are <= 4 short turns: more updates are affordable, and SPO's boundaries go every turn
+    # (every 5 turns, or tree depths 3 and 6, would never or rarely fall inside an episode, which
+    # would make spo-chain GRPO under another name); the warm start stops at a fixed BC step
+    defaults={"bc_steps": 320, "bc_target": 0.0, "iters": 600, "spo_interval": 1, "spo_tree_depths": "1,2"})
 
 
 # ---------------------------------------------------------------------------------------------

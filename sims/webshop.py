@@ -765,4 +765,7 @@ SPEC = envs.EnvSpec(
     chat_prompt=chat_prompt, compact_prompt=compact_prompt, parse=envs.parse_action_tag,
     task_types=TASK_TYPES, atomic=atomic_ids, backend=lambda b: envs.builtin_or_real("webshop", b),
     options={"world": envs.EnvOption(int, 0, lambda v: None if v >= 0 else "must be >= 0",
-                                     "which generated shop (catalogue and goals); --seed never changes it")})
+                                     "which generated shop (catalogue and goals); --seed never changes it")},
+    # pages are long, so prompts carry no history; a shorter warm start, stopped at a fixed number of
+    # BC steps; R is the benchmark's own score
+    defaults={"history_len": 0, "bc_episodes": 200, "bc_steps": 300, "bc_target": 0.0, "reward": "score", "iters": 250})

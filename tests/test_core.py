@@ -179,23 +179,25 @@ def test_continuation_has_remaining_budget(tiny_alfworld):
 
 # --------------------------------------------------------------------------- GRPO
 @pytest.mark.parametrize("norm_std", [False, True])
-def test_group_advantages_match_loop(norm_std):
+def test_group_advantages_match_the_formula(norm_std):
     g = torch.Generator().manual_seed(0)
     R = (torch.rand((7, 8), generator=g) > 0.6).double()
     R[0] = 1.0                                   # all-equal group
-    vec = grpo.group_advantages(R, norm_std)
-    ref = grpo.group_advantages_loop(R.tolist(), norm_std)
-    assert torch.allclose(vec, torch.tensor(ref, dtype=torch.float64), atol=1e-9)
-    assert torch.all(vec[0] == 0)
+    for r in R.tolist():
+        m = sum(r) / len(r)
+        sd = math.sqrt(sum((x - m) ** 2 for x in r) / (len(r) - 1))
+        ref = [(x - m) / (sd + 1e-6) if norm_std else x - m for x in r]
+        assert torch.allclose(grpo.group_advantages(torch.tensor(r, dtype=torch.float64), norm_std),
+                              torch.tensor(ref, dtype=torch.float64), atol=1e-9)
+    assert torch.all(grpo.group_advantages(R[0], norm_std) == 0)
 
 
 def test_group_advantage_edge_cases():
-    assert grpo.group_advantages(torch.tensor([[1.0]])).tolist() == [[0.0]]      # singleton: no baseline
-    assert grpo.group_advantages_loop([[1.0]]) == [[0.0]]
-    A = grpo.group_advantages(torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
-    assert A.tolist() == [[0.75, -0.25, -0.25, -0.25]]                        # R − mean, no std
-    A = grpo.group_advantages(torch.tensor([[1.0, 0.0]]), norm_std=True)
-    assert math.isclose(A[0, 0].item(), 0.5 / (math.sqrt(0.5) + 1e-6), rel_tol=1e-6)
+    assert grpo.group_advantages(torch.tensor([1.0])).tolist() == [0.0]          # singleton: no baseline
+    A = grpo.group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    assert A.tolist() == [0.75, -0.25, -0.25, -0.25]                            # R − mean, no std
+    A = grpo.group_advantages(torch.tensor([1.0, 0.0]), norm_std=True)
+    assert math.isclose(A[0].item(), 0.5 / (math.sqrt(0.5) + 1e-6), rel_tol=1e-6)
 
 
 def _loss_loop(logp, old, adv, mask, eps=0.2):
