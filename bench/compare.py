@@ -59,12 +59,15 @@ METHOD_ARGS = {
     "prover": ["--method", "prover"], "prover-random": ["--method", "prover", "--judge", "random"],
     "gigpo": ["--method", "gigpo"], "spo-chain": ["--method", "spo-chain"], "spo-tree": ["--method", "spo-tree"],
     "criticsearch": ["--method", "criticsearch"], "prover-plus": ["--method", "prover-plus"],
+    # prover-plus at the lab's best setting on the benchmarks' gradient ladder (λ = 3, K = 4)
+    "prover-plus-l3k4": ["--method", "prover-plus", "--lam", "3", "--verify-k", "4"],
 }
 DEFAULT = dict(envs=["alfworld"], methods=["grpo", "prover"], seeds=[0, 1, 2], iters=80, eval_every=10,
                eval_episodes=64, eval_repeats=1, cell_seeds=[])
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import paired  # noqa: E402  (bench/paired.py)
-FULL = dict(envs=["alfworld", "webshop", "searchqa"], methods=list(METHOD_ARGS), seeds=[0, 1, 2, 3], iters=50,
+FULL = dict(envs=["alfworld", "webshop", "searchqa"], methods=[m for m in METHOD_ARGS if m != "prover-plus-l3k4"],
+            seeds=[0, 1, 2, 3], iters=50,
             eval_every=25, eval_episodes=0, eval_repeats=4,
             cell_seeds=["alfworld/grpo=10", "alfworld/prover=10", "alfworld/prover-plus=10"])
 # the train.py settings a finished run must share with the study to be reused (config.json keys)
