@@ -330,10 +330,9 @@ class BuiltinJudge:
                     for i, tr in enumerate(group) if tr.won and len(tr.turns) >= 2}
             success_id = max(best, key=lambda i: (best[i], i == default, -len(group[i].turns), -i))
         succ = group[success_id]
-        cands = [t.t for t in succ.turns[:-1] if turn_error(t) is None]
-        if not cands:
-            return _dropped("no_segment: every non-terminal turn of the success is error-producing")
         pivot, top = self._best_turn(tools, log, succ, seen, n_fail)
+        if pivot is None:
+            return _dropped("no_segment: every non-terminal turn of the success is error-producing")
         if top <= 0.0:
             return _dropped("no_divergence: every action of the success also occurs in every "
                             "failed run", tool_calls=tools.calls, transcript=log)

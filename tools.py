@@ -202,10 +202,7 @@ def _segment_tool(tools: GroupTools, args: dict) -> str:
     return tools.get_segment(args["traj_id"], args["start_turn"], args["end_turn"])
 
 
-_TOOL_FNS: dict[str, Callable[[GroupTools, dict], str]] = {
-    "search_trajectory": lambda tools, args: _search_tool(tools, args),
-    "get_segment": lambda tools, args: _segment_tool(tools, args),
-}
+_TOOL_FNS: dict[str, Callable[[GroupTools, dict], str]] = {"search_trajectory": _search_tool, "get_segment": _segment_tool}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,27 +245,21 @@ def _success_text(tr: Trajectory, idx: int) -> str:
     return "\n".join(lines)
 
 
-def _failure_preview(tr: Trajectory, idx: int, head: int = 6, tail: int = 3) -> str:
+def _preview(tr: Trajectory, idx: int, head: int = 6, tail: int = 3) -> str:
+    """One line: the outcome, the first `head` and last `tail` actions; a failure's final observation."""
     acts = [t.action for t in tr.turns]
     shown = acts if len(acts) <= head + tail else acts[:head] + ["…"] + acts[-tail:]
     n_err = sum(turn_error(t) is not None for t in tr.turns)
-    final = tr.turns[-1].next_obs if tr.turns else ""
-    return (f"- trajectory {idx} FAILED ({len(acts)} turns, {n_err} error-producing): "
-            f"{' → '.join(shown)}; final observation: {cut(final, 160)!r}")
-
-
-def _success_preview(tr: Trajectory, idx: int, head: int = 6, tail: int = 3) -> str:
-    acts = [t.action for t in tr.turns]
-    shown = acts if len(acts) <= head + tail else acts[:head] + ["…"] + acts[-tail:]
-    n_err = sum(turn_error(t) is not None for t in tr.turns)
-    return f"- trajectory {idx} SUCCEEDED ({len(acts)} turns, {n_err} error-producing): {' → '.join(shown)}"
+    line = (f"- trajectory {idx} {'SUCCEEDED' if tr.won else 'FAILED'} ({len(acts)} turns, {n_err} "
+            f"error-producing): {' → '.join(shown)}")
+    return line if tr.won else line + f"; final observation: {cut(tr.turns[-1].next_obs if tr.turns else '', 160)!r}"
 
 
 def build_system_prompt(group: list[Trajectory], success_id: int, choose: bool = False) -> str:
     """The judge's system prompt; `choose`: it also previews every success and may name the one
     it examines (success_id) — `success_id` is then the default, shown in full."""
     task = group[success_id].task_text
-    fails = [_failure_preview(tr, i) for i, tr in enumerate(group) if not tr.won]
+    fails = [_preview(tr, i) for i, tr in enumerate(group) if not tr.won]
     parts = [
         "You are a credit-assignment judge for a reinforcement-learning agent. Below is one group "
         f"of attempts at the same task: {task}",
@@ -279,7 +270,7 @@ def build_system_prompt(group: list[Trajectory], success_id: int, choose: bool =
         "(marked [ERROR]) even if recovering from them helped.",
         _success_text(group[success_id], success_id)]
     if choose:
-        wins = [_success_preview(tr, i) for i, tr in enumerate(group) if tr.won]
+        wins = [_preview(tr, i) for i, tr in enumerate(group) if tr.won]
         parts.append("You may examine another successful trajectory instead if its decisive actions "
                      "contrast better with the failures: read it with get_segment and put its id in "
                      f"\"success_id\" (omit it to examine trajectory {success_id}). Successful "

@@ -210,6 +210,45 @@ def walk_pairs():
     return re.findall(r"`([\w/]+\.py)` → `(\w+)`", sec[:sec.index("\n## ", 3)])
 
 
+def walk_reading():
+    """(files, lines) a reader of README's walk reads: the .py files it names before "Second read";
+    in them, the functions and classes the walk names plus every def they call there, transitively
+    (an attribute call only where one def has that name), by their line spans, and the module
+    docstring of each file read."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    sec = text[text.index("## Read the code"):]
+    first = sec[:sec.index("Second read")]
+    files = sorted(p for p in set(re.findall(r"`([\w/]+\.py)`", first)) if os.path.exists(os.path.join(ROOT, p)))
+    defs, docs = {}, {}
+    for f in files:
+        tree = ast.parse(open(os.path.join(ROOT, f)).read())
+        docs[f] = tree.body[0].end_lineno if ast.get_docstring(tree, clean=False) else 0
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef)):
+                defs.setdefault(n.name, []).append((f, n))
+    todo = [(n, f) for f, name in walk_pairs() for ff, n in defs.get(name, []) if ff == f]
+    seen, lines = set(), {}
+    while todo:
+        node, f = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        lines.setdefault(f, set()).update(range(node.lineno, node.end_lineno + 1))
+        for c in ast.walk(node):
+            if isinstance(c, ast.Call):
+                name = getattr(c.func, "id", None) or getattr(c.func, "attr", None)
+                if isinstance(c.func, ast.Attribute) and len(defs.get(name, [])) != 1:
+                    continue
+                todo += [(n, ff) for ff, n in defs.get(name, [])]
+    return files, sum(len(v) + docs[f] for f, v in lines.items())
+
+
+def test_the_walk_reads_in_an_hour():
+    """README's walk for --method prover: at most 10 files and 1,500 lines of code to read."""
+    files, n = walk_reading()
+    assert len(files) <= 10 and n <= 1500, (files, n)
+
+
 def test_the_walk_names_the_credit_that_runs_for_method_prover(monkeypatch):
     """The registry's `prover` entry is the walk's credit step, and it is what `--method prover`
     runs without an option flag; with one, methods/prover_options.py runs (left to a second read:
