@@ -299,25 +299,18 @@ def benchmark_figures(out: str) -> dict:
 
 def benchmark_text(f: dict) -> str:
     import benchmark_gradient as bg
-
-    def one(m):
-        x = f[m]
-        return f"{m} {x['snr']:.3f} ± {x['snr_se']:.3f} ({x['tokens']:.0f} tokens)"
-    study = {(r["env"], os.path.basename(r["policy"]), r["method"]): r for r in read_csv(os.path.join(ROOT, BENCH_STUDY))}
-    parts = []
-    for env, pol in sorted({(e, p) for e, p, _ in study}):
-        g, ref = study[(env, pol, "grpo")], study.get((env, pol, BENCH_REF))
-        q = study.get((env, pol, "gigpo"))
-        parts.append(f"{env} {pol} ({g['batches']} batches): GRPO {float(g['snr']):.4f} ± {float(g['snr_se']):.4f}"
-                     + (f", GiGPO {bg.claim(q, 'snr_vs_grpo', q['ratio_resolved'])} GRPO's" if q else "")
-                     + (f", exact per-turn advantages {bg.claim(ref, 'exact_vs_grpo', ref['exact_resolved'])}" if ref else ""))
-    alf = any(e == "alfworld" for e, _, _ in study)
+    one = lambda m: f"{m} {f[m]['snr']:.3f} ± {f[m]['snr_se']:.3f} ({f[m]['tokens']:.0f} tokens)"  # noqa: E731
+    st = {(r["env"], os.path.basename(r["policy"]), r["method"]): r for r in read_csv(os.path.join(ROOT, BENCH_STUDY))}
+    parts = [f"{e} {p} ({g['batches']} batches): GRPO {float(g['snr']):.4f} ± {float(g['snr_se']):.4f}"
+             + (f", GiGPO {bg.claim(q, 'snr_vs_grpo', q['ratio_resolved'])} GRPO's" if q else "")
+             + (f", exact per-turn advantages {bg.claim(x, 'exact_vs_grpo', x['exact_resolved'])}" if x else "")
+             for e, p in sorted({k[:2] for k in st}) for g, q, x in [(st[(e, p, "grpo")], st.get((e, p, "gigpo")), st.get((e, p, BENCH_REF)))]]
     return (f"Signal-to-noise of one batch's gradient (4 tasks × G = 8, ± jackknife SE): {', '.join(one(m) for m in BENCH_METHODS)}. "
             f"A batch whose snr is s is s/(1 + s) signal (8 batches resolve it only roughly); a method that doubles s is worth two GRPO batches. "
             f"The committed study (`results/benchmark_gradient/benchmark_gradient.md`; ratios on the same batches, 95% BCa "
             f"intervals, 'unresolved' where an snr they rest on is within 2 SE of 0): " + "; ".join(parts) + "."
-            + ("" if alf else " ALFWorld's rows are not in it yet (the earlier table divided by GRPO over other batches: "
-               "results/archive/benchmark_gradient_unpaired/)."))
+            + ("" if any(k[0] == "alfworld" for k in st) else " ALFWorld's rows are not in it yet (the earlier table divided "
+               "by GRPO over other batches: results/archive/benchmark_gradient_unpaired/)."))
 
 
 def learning_gain(seed: int) -> str:
@@ -392,6 +385,11 @@ LABS = [
         f"--out {OUT}/benchmark/benchmark_gradient",
         [("--repeats 8 --ref-batches 4", "--repeats 3 --ref-batches 3 --tasks 1 --group 2")],
         benchmark_figures, benchmark_text),
+    Lab("premise",
+        f"python bench/premise.py --env alfworld --groups 4 --name alfworld-default --out {OUT}/premise",
+        [("--groups 4", "--groups 1 --tasks 2 --max-batches 4")],
+        lambda out: __import__("premise").lab_figures(os.path.join(ROOT, out, "premise", "alfworld-default.csv")),
+        lambda f: __import__("premise").lab_text(f)),
 ]
 BY_KEY = {lab.key: lab for lab in LABS}
 

@@ -193,6 +193,14 @@ def write_csv(path: str, rows: list[dict]) -> None:
     os.replace(path + ".tmp", path)
 
 
+# The screen's candidates (results/premise/PLAN.md), in its order of preference, then the exploratory
+# ones added after it (labelled so in the report); each is read at every margin.
+CANDIDATES = {"alfworld": ["default", "max_steps=40", "max_steps=30", "max_steps=30,temperature=0.7"],
+              "webshop": ["default", "max_steps=10", "max_steps=10,temperature=0.7"],
+              "searchqa": ["default", "max_steps=8", "max_steps=8,temperature=0.7"]}
+EXPLORATORY = {"alfworld": ["temperature=0.5", "max_steps=30,temperature=0.5"], "webshop": ["temperature=0.5"],
+               "searchqa": ["temperature=0.5", "max_steps=8,temperature=0.5"]}
+TARGETS = "judge / random acceptance ≥ 2; random acceptance ≤ 0.30; idle share of a success's turns in [0.50, 0.75]"
 MARGINS = (0.0, 0.125)      # verification's threshold: the paper's Δ̂ > 0, and Δ̂ > 1/8 (2 more of K = 8 after)
 
 
@@ -220,6 +228,53 @@ def summarize(rows: list[dict], margin: float = 0.0) -> dict:
     ra = out["random"]["accept"]
     out["ratio"] = out["judge"]["accept"] / ra if ra and ra == ra else float("nan")
     return out
+
+
+def targets_met(s: dict) -> list[bool]:
+    """The screen's three targets on one study's statistics (`summarize`)."""
+    return [s["ratio"] >= 2, s["random"]["accept"] <= 0.30, 0.50 <= s["idle_success"] <= 0.75]
+
+
+def choose(studies: dict) -> list[str]:
+    """The screen's selection rule (results/premise/PLAN.md), per env: the first (candidate, margin) in
+    order whose warm-start study meets all three targets and whose 10-update study (a policy after 10
+    GRPO updates in the regime) meets them too; failing that, the candidate meeting the most targets at
+    the warm start (ties: the larger judge / random ratio). A study is found by its env, regime and
+    policy (`-u10` in the policy's name: the 10-update one). Returns one line per env."""
+    lines = []
+    for env in CANDIDATES:
+        order = [(c, False) for c in CANDIDATES[env]] + [(c, True) for c in EXPLORATORY[env]]
+        def find(regime, u10):
+            return next((rows for rows in studies.values() if rows and rows[0]["env"] == env
+                         and rows[0]["regime"] == regime and ("-u10" in rows[0]["policy"]) == u10), None)
+        seen = [(c, x, m, summarize(find(c, False), m)) for c, x in order for m in MARGINS if find(c, False)]
+        missing = [c for c, _ in order if not find(c, False) and c in CANDIDATES[env]]
+        pick, why = None, ""
+        for c, x, m, s in seen:
+            if all(targets_met(s)):
+                u = find(c, True)
+                if u is None:
+                    why = f"`{c}` at margin {m:g} meets every target at the warm start; its 10-update study is not run yet"
+                    break
+                if all(targets_met(summarize(u, m))):
+                    pick, why = (c, x, m, s), "meets every target at the warm start and after 10 GRPO updates"
+                    break
+        if pick is None and not why and seen and not missing:
+            c, x, m, s = max(seen, key=lambda t: (sum(targets_met(t[3])), t[3]["ratio"] if t[3]["ratio"] == t[3]["ratio"] else -1))
+            names = ("judge / random ≥ 2", "random ≤ 0.30", "idle share in [0.50, 0.75]")
+            fail = [n for n, ok in zip(names, targets_met(s)) if not ok]
+            pick, why = (c, x, m, s), f"no candidate meets every target; it meets the most ({3 - len(fail)}), failing: {', '.join(fail)}"
+        if pick:
+            c, x, m, s = pick
+            u = find(c, True)
+            after = "" if u is None else (lambda t: f"; after 10 GRPO updates: judge / random {t['ratio']:.2f}, random "
+                                          f"{t['random']['accept']:.2f}, idle share {t['idle_success']:.2f}")(summarize(u, m))
+            lines.append(f"- **{env}: `{c}`, margin {m:g}**{' (an exploratory candidate)' if x else ''}: {why} "
+                         f"(warm start: judge / random {s['ratio']:.2f}, random {s['random']['accept']:.2f}, idle share "
+                         f"{s['idle_success']:.2f}{after}).")
+        else:
+            lines.append(f"- **{env}: not chosen yet**: " + (why or f"listed candidates not yet measured: {', '.join(missing)}") + ".")
+    return lines
 
 
 def binom_ci(k: int, n: int) -> str:
@@ -259,6 +314,9 @@ def report(folder: str = OUT) -> str:
                      + " | ".join(binom_ci(s[a]["accepted"], s[a]["n"]) for a in ARMS)
                      + f" | {f(s['ratio'])} | " + " / ".join(f(s[a]["value"], 3) for a in ARMS) + " | "
                      + " / ".join(f(s[a]["progress"]) for a in ARMS) + f" | {f(s['judge']['hit'])} / {f(s['random']['hit'])} |")
+    if folder == OUT:
+        lines += ["", "## Chosen", "", f"By results/premise/PLAN.md's rule ({TARGETS}; the listed candidates in order, "
+                  "then the exploratory ones):", ""] + choose(studies)
     text = "\n".join(lines) + "\n"
     with open(os.path.join(folder, "premise.md"), "w") as fh:
         fh.write(text)
@@ -294,6 +352,29 @@ def plot(studies: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def lab_figures(path: str) -> dict:
+    """LABS.md lab 9's figures from its study's csv."""
+    with open(path, newline="") as f:
+        s = summarize(list(csv.DictReader(f)))
+    return {"groups": s["judge"]["n"], "idle_success": s["idle_success"], "progress_failure": s["progress_failure"],
+            **{f"{a}_{k}": s[a][k] for a in ARMS for k in ("accept", "value", "progress")},
+            "judge_hit": s["judge"]["hit"], "random_hit": s["random"]["hit"]}
+
+
+def lab_text(f: dict) -> str:
+    """Lab 9's measured prose: its figures, and the committed ALFWorld default study's beside them."""
+    def arms(x, k, fmt):
+        return " / ".join(format(x[f"{a}_{k}"], fmt) for a in ARMS)
+    c = lab_figures(os.path.join(OUT, "alfworld-default.csv"))
+    return (f"{f['groups']} judged groups. A success's turns make no progress in {f['idle_success']:.2f} of cases, a "
+            f"failure's make some in {f['progress_failure']:.2f} (GraphGPO, LLM agents: 0.653 and 0.220). Judge / random / "
+            f"best segment: holds a progress turn {arms(f, 'progress', '.2f')}; verified positive (Δ̂ > 0, K = 8) "
+            f"{arms(f, 'accept', '.2f')}; mean value {arms(f, 'value', '.3f')}; shares a turn with the best segment: judge "
+            f"{f['judge_hit']:.2f}, random {f['random_hit']:.2f}. The committed study (`results/premise/premise.md`, "
+            f"{c['groups']} groups): idle share {c['idle_success']:.2f}, verified positive {arms(c, 'accept', '.2f')}, "
+            f"value {arms(c, 'value', '.3f')}; the paper: judged segments 0.585–0.724, random 0.195.")
 
 
 def train_argv(env: str, policy: str | None, regime: str) -> list[str]:
