@@ -30,6 +30,7 @@ Tokens: generated policy tokens per batch (rollouts + continuations), judge toke
 
 Default policies: the pinned warm start of results/compare/ and, for ALFWorld, results/checkpoints/
 alfworld-grpo-s0-u25 (`train.py --env alfworld --method grpo --seed 0 --iters 25` from it).
+`--regime KEY=VALUE,...`: train.py flags for every arm (bench/premise.py's regimes; its own rows).
 Leaves out: exact credit (keydoor only: bench/credit_gradient.py); K' > K and K' → ∞ are
 extrapolations of the measured 1/K law, not runs.
 """
@@ -48,6 +49,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import credit_gradient as cg  # noqa: E402
+import premise  # noqa: E402  (a regime's train.py flags)
 from gram_stats import direction_jk, jk_se, moments, paired_ratio, resolved, snr_jk, snr_of  # noqa: E402,F401
 
 WARM = {"alfworld": "results/compare/warmstarts/tiny-alfworld-0355c899bead",
@@ -330,6 +332,7 @@ def main(argv=None) -> None:
     ap.add_argument("--ref-batches", type=int, default=48, help="batches of Monte Carlo credit behind g*")
     ap.add_argument("--ref-k", type=int, default=2, help="continuations per state in g*'s credit (even: it is split in halves)")
     ap.add_argument("--ref-turns", type=int, default=0, help="turns per trajectory in g*'s credit (0 = every turn)")
+    ap.add_argument("--regime", default="", help="train.py flags as KEY=VALUE,... for every arm (bench/premise.py's regimes)")
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "prover", "benchmark_gradient"),
@@ -354,19 +357,25 @@ def main(argv=None) -> None:
     for p in policies:
         if not os.path.exists(os.path.join(ROOT, p, "config.json")):
             raise SystemExit(f"benchmark_gradient: --policy {p}: no model folder (config.json)")
+    if args.regime:
+        import config
+        try:
+            config.validate(config.parse_args(premise.train_argv(args.env, None, args.regime)))
+        except (SystemExit, ValueError) as e:
+            raise SystemExit(f"benchmark_gradient: --regime {args.regime!r}: {e}") from None
     import torch
     from tqdm import tqdm
     torch.set_num_threads(1)
     ref_arm = f"vine:vine_k={args.ref_k},vine_turns={args.ref_turns}"
     for pol in policies:
-        name = os.path.relpath(os.path.join(ROOT, pol), ROOT)
+        name = os.path.relpath(os.path.join(ROOT, pol), ROOT) + (f" [{args.regime}]" if args.regime else "")
         folder = os.path.join(args.cache, args.env, slug(name), f"t{args.tasks}g{args.group}")
         tr = None
 
         def trainer():
             nonlocal tr
             if tr is None:                 # set up only when a batch is missing
-                tr = cg.fixed_policy(["--env", args.env, "--model", os.path.join(ROOT, pol), "--tasks-per-iter", str(args.tasks),
+                tr = cg.fixed_policy([*premise.train_argv(args.env, pol, args.regime), "--tasks-per-iter", str(args.tasks),
                                       "--group-size", str(args.group)], "benchmark_gradient-")
             return tr
 

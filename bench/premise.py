@@ -327,7 +327,7 @@ def report(folder: str = OUT) -> str:
 
 def plot(studies: dict, path: str) -> None:
     """Left: acceptance per arm and study beside the paper's; right: the distribution of τ*'s per-turn
-    advantage estimates Â_t (half B) per study."""
+    advantage estimates Â_t (half B) in each env's default regime."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -342,12 +342,12 @@ def plot(studies: dict, path: str) -> None:
     a.set_xlabel("share of proposals verified positive (Δ̂ > margin)")
     a.set_xlim(0, 1)
     a.invert_yaxis()
-    a.legend(fontsize=7)
-    for n in names:
+    a.legend(fontsize=7, loc="lower right", framealpha=0.9)
+    for n in [n for n in names if studies[n][0]["regime"] == "default" and "-u10" not in studies[n][0]["policy"]]:
         adv = [float(x) for r in studies[n] if r.get("turn_advantages") for x in r["turn_advantages"].split()]
         if adv:
             b.hist(adv, bins=17, range=(-1, 1), histtype="step", label=n, density=True)
-    b.set_xlabel("per-turn advantage estimate Â_t of τ*'s turns (K continuations per side)")
+    b.set_xlabel("per-turn advantage estimate Â_t of τ*'s turns (K continuations per side), default regimes")
     b.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

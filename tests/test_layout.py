@@ -279,10 +279,10 @@ def test_method_table_in_readme_is_the_registry():
 
 def test_the_guides_stay_short():
     """README is a guide (≤ 10 KB, its Results ≤ 10 lines) and results/README.md an index of headline
-    figures (≤ 12 KB)."""
+    figures (≤ 14 KB: the full figures README's Results rest on)."""
     text = open(os.path.join(ROOT, "README.md")).read()
     assert len(text.encode()) <= 10 * 1024
     res = text[text.index("## Results\n"):]
     res = res[:res.index("\n## ", 3)].strip().split("\n")
     assert len(res) - 2 <= 10, len(res)          # the heading and its blank line aside
-    assert os.path.getsize(os.path.join(ROOT, "results", "README.md")) <= 12 * 1024
+    assert os.path.getsize(os.path.join(ROOT, "results", "README.md")) <= 14 * 1024
