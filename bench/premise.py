@@ -32,10 +32,9 @@ an LLM judge (`--judge` takes what train.py takes, the built-in by default).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
-import math
 import os
-import random
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,15 +53,24 @@ PAPER = {"judge_accept": (0.585, 0.724), "random_accept": 0.195, "graphgpo_idle_
          "graphgpo_progress_failure": 0.220}
 
 
+@contextlib.contextmanager
+def unlimited(env):
+    """The env with its step limit lifted meanwhile (a state near the limit still has a distance)."""
+    limit, env.max_steps = env.max_steps, 10 ** 6
+    try:
+        yield env
+    finally:
+        env.max_steps = limit
+
+
 def steps_to_go(env, snap, cap: int = 60) -> int:
     """Planner steps from the env state `snap` to a win (cap + 1 if none within cap): ALFWorld's
     oracle where the env has one (the shortest plan, reading hidden state), else its expert; both
     replan from any state. The env's step limit is lifted meanwhile (a state near it still has a
     distance)."""
     env.restore(snap)
-    limit, env.max_steps = env.max_steps, 10 ** 6
     plan = getattr(env, "oracle_action", None) or env.expert_action
-    try:
+    with unlimited(env):
         for n in range(1, cap + 1):
             _, _, done, info = env.step(plan())
             if info.get("won"):
@@ -70,8 +78,6 @@ def steps_to_go(env, snap, cap: int = 60) -> int:
             if done:
                 break
         return cap + 1
-    finally:
-        env.max_steps = limit
 
 
 def progress_turns(env, traj) -> list[bool]:
@@ -84,12 +90,9 @@ def progress_turns(env, traj) -> list[bool]:
             continue
         before = steps_to_go(env, tn.state.env_snap)
         env.restore(tn.state.env_snap)
-        limit, env.max_steps = env.max_steps, 10 ** 6
-        try:
+        with unlimited(env):
             _, _, _, info = env.step(tn.action)
             snap = env.snapshot()
-        finally:
-            env.max_steps = limit
         after = 0 if info.get("won") else steps_to_go(env, snap)
         out.append(after < before)
     return out
