@@ -30,8 +30,8 @@ the Fieller interval for mean(x)/mean(y) of paired samples — the θ with
 (a percentile bootstrap of a ratio under-covers at n = 6–10: tests/test_paired.py measures both);
 unbounded when ȳ is not clearly away from 0 (then it says so, never a finite band).
 
-Leaves out: one-sided intervals, and one-sided tests in the tables (`sign_flip_p` takes
-`alternative`; the callers test any difference), CIs from the permutation distribution, corrections
+Leaves out: one-sided intervals (a planned one-sided test passes `alternative="greater"` to
+`paired` / `stratified`; the tables test any difference), CIs from the permutation distribution, corrections
 other than Holm, and any pairing across benchmarks.
 """
 from __future__ import annotations
@@ -121,19 +121,20 @@ def summary(xs: list[float]) -> dict:
     return out
 
 
-def paired(a: dict, b: dict) -> dict:
-    """a, b: {seed: metric}. The paired difference a − b over the seeds both have: n, mean, CI, p."""
+def paired(a: dict, b: dict, alternative: str = "two-sided") -> dict:
+    """a, b: {seed: metric}. The paired difference a − b over the seeds both have: n, mean, CI, p
+    (the sign-flip test's `alternative`: "two-sided", or "greater" for a planned one-sided a > b)."""
     seeds = sorted(set(a) & set(b))
     d = [a[s] - b[s] for s in seeds]
     out = summary(d)
     out["seeds"], out["d"] = seeds, d
     if len(d) >= 2:
-        out["p"] = sign_flip_p(d)
+        out["p"] = sign_flip_p(d, alternative=alternative)
     return out
 
 
 def stratified(strata: list[dict], n_boot: int = 10_000, n_random: int = 100_000, seed: int = 0,
-               level: float = 0.95) -> dict:
+               level: float = 0.95, alternative: str = "two-sided") -> dict:
     """The mean over strata (benchmarks) of each stratum's mean paired difference, with its Welch t
     CI and stratified sign-flip p (`n_boot`: unused, kept for callers). `strata`: per benchmark, `paired(a, b)`'s output (its
     "d"); a stratum with no pair makes the average undefined (n = 0). n is the seeds in all; "n_by"
@@ -157,7 +158,7 @@ def stratified(strata: list[dict], n_boot: int = 10_000, n_random: int = 100_000
         out["lo"], out["hi"] = out["mean"] - h, out["mean"] + h
     if out["n"] >= 2:
         wx = [x / (len(ds) * len(d)) for d in ds for x in d]      # D̄ = Σ_j w_j x_j
-        out["p"] = _sign_flip(wx, n_random, seed, "two-sided")
+        out["p"] = _sign_flip(wx, n_random, seed, alternative)
     return out
 
 

@@ -1,0 +1,192 @@
+"""bench/premise_confirm.py — the preregistered family of results/premise_confirm/PLAN.md, and its csv.
+
+The study (`bench/compare.py … --out results/premise_confirm`) trains six arms on the three
+benchmarks in the regimes the premise screen chose, seeds 30–39. This report reads only the kept run
+summaries (summaries/compare/ENV-METHOD-sSEED.json), checks that each was made under the PLAN's
+protocol (50 updates, whole held-out split played 4×, the regime's flags), and computes:
+
+  * the family — five one-sided tests (alternative "greater"), Holm over exactly these five:
+      1. ProVer − GRPO, the average over benchmarks   (stratified sign-flip, each benchmark's seeds)
+      2–4. ProVer − GRPO on ALFWorld, WebShop, SearchQA (exact sign-flip over 10 paired seeds)
+      5. ProVer − ProVer-random, the average           (selection matters)
+    with d_s = metric(arm, s) − metric(other, s); metric = final held-out success (WebShop: score,
+    compare.py's metric, PLAN addendum 1). A test is computed only when every benchmark it spans has
+    all ten paired seeds; until then its row says "waiting" with the count, and Holm waits for all
+    five (an adjusted p depends on every p of the family);
+  * beside it, exploratory and labelled so: every arm − GRPO per benchmark (95% t CI, two-sided p),
+    ProVer − ProVer-random per benchmark, the acceptance in the runs (judged and random), policy
+    tokens per update (rollouts + verification continuations, the policy tokenizer's ids) × GRPO's
+    on the same seeds beside the paper's +2.4 / +11.6 / +16.8%, and judge tokens apart (the built-in
+    judge ran: its tokens are what an LLM judge doing the same would write, in the policy tokenizer's
+    ids). A benchmark's exploratory table appears only once all its 60 runs are in, so that no
+    partial figure is read or quoted while the study runs.
+
+Writes <study>/confirm.md and <study>/runs.csv (one row per finished run: env, method, seed, final,
+final_success, final_score, policy_tokens, judge_tokens, accept, …). Leaves out: the learning
+curves and the cost figures in seconds (compare.md has them), and any test not named in the PLAN.
+
+    python bench/premise_confirm.py [--out results/premise_confirm]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import paired  # noqa: E402  (bench/paired.py)
+from runs import same_start  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENVS = ["alfworld", "webshop", "searchqa"]
+ARMS = ["grpo", "grpo-matched", "prover", "prover-random", "gigpo", "prover-plus-l3k4"]
+SEEDS = list(range(30, 40))
+# the regimes results/premise/premise.md ("Chosen") picked, as the PLAN's command passes them
+REGIME = {"alfworld": ["--max-steps", "30", "--temperature", "0.7"], "webshop": ["--margin", "0.125"],
+          "searchqa": ["--temperature", "0.5", "--margin", "0.125"]}
+PROTOCOL = dict(iters=50, eval_every=25, eval_episodes=0, eval_repeats=4)
+METRIC = {"alfworld": "final_success", "webshop": "final_score", "searchqa": "final_success"}
+PAPER_TOKENS = {"alfworld": 2.4, "webshop": 11.6, "searchqa": 16.8}   # ProVer's policy tokens over GRPO, %, at 4B
+PAPER_ACCEPT = "SearchQA: random segments 19.5%, the paper's LLM judges 58.5–72.4%"
+# the family, in the PLAN's order: (name, arm, other, the benchmarks it spans)
+FAMILY = [("1. ProVer > GRPO, average", "prover", "grpo", ENVS),
+          ("2. ProVer > GRPO, ALFWorld", "prover", "grpo", ["alfworld"]),
+          ("3. ProVer > GRPO, WebShop", "prover", "grpo", ["webshop"]),
+          ("4. ProVer > GRPO, SearchQA", "prover", "grpo", ["searchqa"]),
+          ("5. ProVer > ProVer-random, average", "prover", "prover-random", ENVS)]
+
+
+def load(out: str) -> dict:
+    """{(env, arm, seed): summary} of the study's finished runs; one line (SystemExit) for a summary
+    made under another protocol, an arm or seed outside the PLAN."""
+    res = {}
+    for path in sorted(glob.glob(os.path.join(out, "summaries", "compare", "*.json"))):
+        name = os.path.basename(path)[:-5]
+        env, rest = name.split("-", 1)
+        arm, seed = rest.rsplit("-s", 1)
+        rec = json.load(open(path))
+        pr, seed = rec["protocol"], int(seed)
+        want = {**PROTOCOL, "env": env, "seed": seed, "extra": REGIME.get(env)}
+        bad = [f"{k}={pr.get(k)!r} (the PLAN: {v!r})" for k, v in want.items() if pr.get(k) != v]
+        if env not in ENVS or arm not in ARMS or seed not in SEEDS or bad:
+            raise SystemExit(f"premise_confirm: {path} is not a run of the PLAN ({bad[0] if bad else f'{env}/{arm}/s{seed}'})")
+        res[env, arm, seed] = rec["summary"]
+    return res
+
+
+def by_seed(res: dict, env: str, arm: str, key: str) -> dict:
+    return {s: r[key] for (e, m, s), r in res.items() if e == env and m == arm and key in r}
+
+
+def diff(res: dict, env: str, arm: str, other: str, alternative: str = "two-sided") -> dict:
+    """Paired arm − other on `env` over the seeds both ran from the same warm start (points)."""
+    a, b = by_seed(res, env, arm, METRIC[env]), by_seed(res, env, other, METRIC[env])
+    keep = [s for s in set(a) & set(b) if same_start(res[env, arm, s], res[env, other, s])]
+    return paired.paired({s: 100 * a[s] for s in keep}, {s: 100 * b[s] for s in keep}, alternative)
+
+
+def family(res: dict) -> list[dict]:
+    """The five planned tests: each {name, n_by, d (the paired/stratified output or None), p_holm}."""
+    rows = []
+    for name, arm, other, envs in FAMILY:
+        per_env = [diff(res, e, arm, other, "greater") for e in envs]
+        n_by = [d["n"] for d in per_env]
+        if min(n_by) < len(SEEDS):
+            d = None
+        elif len(envs) > 1:
+            d = paired.stratified(per_env, alternative="greater")
+        else:
+            d = per_env[0]
+        rows.append({"name": name, "n_by": n_by, "d": d})
+    if all(r["d"] is not None for r in rows):
+        for r, p in zip(rows, paired.holm([r["d"]["p"] for r in rows])):
+            r["p_holm"] = p
+    return rows
+
+
+def cost(res: dict, env: str, arm: str, key: str) -> tuple[float, float] | None:
+    """(mean of `key` for arm, its ratio to GRPO's mean over the seeds both ran)."""
+    a, b = by_seed(res, env, arm, key), by_seed(res, env, "grpo", key)
+    shared = sorted(set(a) & set(b))
+    if not a:
+        return None
+    g = paired.mean([b[s] for s in shared]) if shared else 0.0
+    return paired.mean(list(a.values())), (paired.mean([a[s] for s in shared]) / g if g > 0 else float("nan"))
+
+
+def write_csv(path: str, res: dict) -> None:
+    cols = ["env", "method", "seed", "final", "final_success", "final_score", "init_success", "policy_tokens",
+            "rollout_tokens", "verify_tokens", "judge_tokens", "accept", "env_steps", "warm_start"]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for (e, m, s), r in sorted(res.items(), key=lambda kv: (ENVS.index(kv[0][0]), ARMS.index(kv[0][1]), kv[0][2])):
+            w.writerow([e, m, s, r[METRIC[e]], r["final_success"], r["final_score"], r["init_success"],
+                        r["policy_tokens_per_update"], r["rollout_tokens_per_update"], r["verify_tokens_per_update"],
+                        r["judge_tokens_per_update"], r["accept_rate"], r["env_steps_per_update"], r.get("warm_start", "")])
+
+
+def report(res: dict) -> str:
+    done = len(res)
+    total = len(ENVS) * len(ARMS) * len(SEEDS)
+    out = ["# The paper's comparison where its premise holds — the preregistered family\n",
+           f"Plan: `PLAN.md` (committed before any run). Runs finished: **{done} of {total}**. Metric: final "
+           "held-out success in points (WebShop: score), 50 updates, the whole held-out split played 4×. "
+           "Regimes: " + "; ".join(f"{e} `{' '.join(REGIME[e])}`" for e in ENVS) + ".\n",
+           "## The family (one-sided, Holm over these five)\n",
+           "| test | Δ (points) [95% CI] | one-sided p | p (Holm) | decided at α = 0.05 |", "|---|---|---|---|---|"]
+    rows = family(res)
+    for r in rows:
+        if r["d"] is None:
+            out.append(f"| {r['name']} | waiting ({'+'.join(map(str, r['n_by']))} of {len(SEEDS)} paired seeds per benchmark) | – | – | – |")
+            continue
+        ph = r.get("p_holm")
+        verdict = "waiting for the family" if ph is None else ("yes" if ph < 0.05 else "no")
+        out.append(f"| {r['name']} | {paired.fmt(r['d'], sign=True)} | {paired.fmt_p(r['d']['p'])} | "
+                   f"{paired.fmt_p(ph)} | {verdict} |")
+    out += ["", "The CI is two-sided 95% (t; the average: Welch over benchmarks); p is the exact one-sided "
+            "sign-flip (the average: the stratified sign-flip, 100,000 random patterns at 30 differences).\n",
+            "## Beside it (exploratory: not in the family)\n"]
+    for e in ENVS:
+        n_env = sum(1 for k in res if k[0] == e)
+        if n_env < len(ARMS) * len(SEEDS):
+            out.append(f"### {e}\n\nwaiting ({n_env} of {len(ARMS) * len(SEEDS)} runs).\n")
+            continue
+        out += [f"### {e}\n", "| arm | final (points) | − GRPO [95% t CI] | p (two-sided) | policy tokens / update "
+                "(× GRPO) | judge tokens / update | accept |", "|---|---|---|---|---|---|---|"]
+        for m in ARMS:
+            vals = by_seed(res, e, m, METRIC[e])
+            if not vals:
+                continue
+            d = diff(res, e, m, "grpo") if m != "grpo" else None
+            pt, jt = cost(res, e, m, "policy_tokens_per_update"), cost(res, e, m, "judge_tokens_per_update")
+            acc = [v for v in by_seed(res, e, m, "accept_rate").values() if v == v]
+            out.append(f"| {m} | {paired.fmt(paired.summary([100 * v for v in vals.values()]))} | "
+                       f"{paired.fmt(d, sign=True) if d else '–'} | {paired.fmt_p(d.get('p')) if d else '–'} | "
+                       f"{pt[0]:.0f} ({100 * (pt[1] - 1):+.1f}%) | {jt[0]:.0f} | "
+                       f"{f'{100 * paired.mean(acc):.0f}%' if acc else '–'} |")
+        d = diff(res, e, "prover", "prover-random")
+        out += ["", f"ProVer − ProVer-random: {paired.fmt(d, sign=True)}, two-sided p {paired.fmt_p(d.get('p'))}. "
+                f"The paper's ProVer policy tokens over GRPO here: +{PAPER_TOKENS[e]}%.\n"]
+    out.append(f"The paper's acceptance ({PAPER_ACCEPT}). Judge: the built-in one (`--judge builtin`); "
+               "prover-random's judge is `random` (no judge tokens).")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "premise_confirm"), help="the study folder")
+    args = p.parse_args()
+    res = load(args.out)
+    write_csv(os.path.join(args.out, "runs.csv"), res)
+    text = report(res)
+    with open(os.path.join(args.out, "confirm.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
