@@ -149,10 +149,11 @@ def judge_entry(r: dict) -> dict:
                     # the continuations' outcomes (K = --verify-k each; capped at 64 for the bound)
                     "pre": [num(x) for x in (r.get("pre") or [])[:64]],
                     "post": [num(x) for x in (r.get("post") or [])[:64]]})
-    # the options beyond the paper (methods/prover_options.py), only when one is on: the bonus
-    # actually added (shrink: not λ·Δ̂), the credit test, CRN (paired; `se_ind` the unpaired SE),
-    # the adaptive-K rounds, the judge's success-choice fallback (`choice`), up to MAX_MATCHED
-    # matched runs [traj, turn] and up to MAX_NEG negative-credit alternatives
+    # on every verified record: the bonus actually added (λ·Δ̂ when applied, else 0; shrink: not
+    # λ·Δ̂), the credit test, CRN (paired; `se_ind` the unpaired SE) and the adaptive-K rounds (1 on
+    # the paper's path); only with an option beyond the paper (methods/prover_options.py): the
+    # judge's success-choice fallback (`choice`), up to MAX_MATCHED matched runs [traj, turn] and up
+    # to MAX_NEG negative-credit alternatives
     if r.get("choice"):
         out["choice"] = clip(r["choice"], CAP["reason"])
     if "bonus" in r:
