@@ -21,9 +21,16 @@ protocol (50 updates, whole held-out split played 4×, the regime's flags), and 
     ids). A benchmark's exploratory table appears only once all its 60 runs are in, so that no
     partial figure is read or quoted while the study runs.
 
-Writes <study>/confirm.md and <study>/runs.csv (one row per finished run: env, method, seed, final,
-final_success, final_score, policy_tokens, judge_tokens, accept, …). Leaves out: the learning
-curves and the cost figures in seconds (compare.md has them), and any test not named in the PLAN.
+  * why, per run (exploratory; `why.csv`, from the run folders' metrics.jsonl and records.jsonl and
+    kept in git, so a clone without the run folders rebuilds the report): per update the groups with
+    a GRPO signal, the judged and credited segments, the mean Δ̂ of the verified ones, the bonus
+    λ·Δ̂ added and its size against the success's own GRPO advantage A on the segment's turns, and
+    credit/share (how far the credit moved the update from GRPO's).
+
+Writes <study>/confirm.md, <study>/runs.csv (one row per finished run: env, method, seed, final,
+final_success, final_score, policy_tokens, judge_tokens, accept, …) and <study>/why.csv. Leaves out:
+the learning curves and the cost figures in seconds (compare.md has them), and any test not named in
+the PLAN.
 
     python bench/premise_confirm.py [--out results/premise_confirm]
 """
@@ -129,7 +136,80 @@ def write_csv(path: str, res: dict) -> None:
                         r["judge_tokens_per_update"], r["accept_rate"], r["env_steps_per_update"], r.get("warm_start", "")])
 
 
-def report(res: dict) -> str:
+WHY = ["env", "method", "seed", "updates", "mixed_groups", "judged", "verified", "credited", "accept", "delta_mean",
+       "bonus_mean", "bonus_over_adv", "credit_share"]
+
+
+def why_row(d: str) -> dict | None:
+    """One finished run's credit figures (module docstring), or None without its metrics. Counts per
+    update, acceptance and mean Δ̂ pooled over the run's verified segments, all from metrics.jsonl;
+    the bonus and its size against A from records.jsonl, which keeps up to 4 groups an update,
+    credited ones first (so every credited segment of an update with at most 4)."""
+    mp = os.path.join(d, "metrics.jsonl")
+    if not os.path.exists(mp):
+        return None
+    tr = [r for r in map(json.loads, filter(str.strip, open(mp))) if r.get("step", 0) > 0 and "train/mixed_groups" in r]
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")        # noqa: E731
+    n_ver = [r.get("prover/valid", 0) + r.get("prover/repaired", 0) for r in tr]
+    pooled = lambda k: (sum(r.get(k, 0) * n for r, n in zip(tr, n_ver) if n) / sum(n_ver)  # noqa: E731
+                        if sum(n_ver) else float("nan"))
+    bonus, ratio = [], []
+    rp = os.path.join(d, "records.jsonl")
+    for rec in map(json.loads, filter(str.strip, open(rp) if os.path.exists(rp) else [])):
+        for g in rec.get("groups", []):
+            j = g.get("judge") or {}
+            if not j.get("applied"):
+                continue
+            bonus.append(j["bonus"])
+            a = (g["trajs"][j["sid"]]["A"] or [])[j["start"]:j["end"] + 1]      # the success's GRPO advantage per turn
+            if a and mean(a) > 0:                       # a success's GRPO advantage: > 0 in a mixed group
+                ratio.append(j["bonus"] / mean(a))
+    return {"updates": len(tr), "mixed_groups": mean([r["train/mixed_groups"] for r in tr]),
+            "judged": mean([r.get("prover/proposals", 0) for r in tr]), "verified": mean(n_ver),
+            "credited": mean([r.get("prover/credited", 0) for r in tr]),
+            "accept": pooled("prover/accept_rate"), "delta_mean": pooled("prover/delta_mean"),
+            "bonus_mean": mean(bonus), "bonus_over_adv": mean(ratio),
+            "credit_share": mean([r["credit/share"] for r in tr if "credit/share" in r])}
+
+
+def update_why(out: str, res: dict) -> dict:
+    """{(env, arm, seed): why row} for every finished run: recomputed where its folder is here, kept
+    from why.csv where it is not (a fresh clone); written back to why.csv."""
+    path, rows = os.path.join(out, "why.csv"), {}
+    if os.path.exists(path):
+        for r in csv.DictReader(open(path, newline="")):
+            rows[r["env"], r["method"], int(r["seed"])] = {k: float(r[k]) for k in WHY[3:]}
+    for e, m, s in res:
+        row = why_row(os.path.join(out, "runs", f"{e}-{m}-s{s}"))
+        if row is not None:
+            rows[e, m, s] = row
+    rows = {k: v for k, v in rows.items() if k in res}
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(WHY)
+        for k in sorted(rows, key=lambda k: (ENVS.index(k[0]), ARMS.index(k[1]), k[2])):
+            w.writerow([*k, *(round(rows[k][c], 6) for c in WHY[3:])])
+    return rows
+
+
+def why_table(why: dict, env: str) -> list[str]:
+    head = ["| arm | groups with a signal / update | judged | verified | credited | accept | mean Δ̂ (verified) "
+            "| mean bonus λ·Δ̂ | bonus ÷ the success's A | credit/share |", "|---|" + "---|" * 9]
+    body = []
+    for m in ARMS:
+        rs = [v for (e, a, _), v in why.items() if e == env and a == m]
+        if not rs:
+            continue
+        cell = lambda c, f="{:.2f}": (lambda xs: f.format(sum(xs) / len(xs)) if xs else "–")(  # noqa: E731
+            [r[c] for r in rs if r[c] == r[c]])
+        judged = (f"{cell('judged')} | {cell('verified')} | {cell('credited')} | {cell('accept')} | "
+                  f"{cell('delta_mean', '{:+.3f}')} | {cell('bonus_mean', '{:.3f}')} | {cell('bonus_over_adv')}"
+                  if "prover" in m else " | ".join(["–"] * 7))
+        body.append(f"| {m} | {cell('mixed_groups', '{:.1f}')} | {judged} | {cell('credit_share', '{:.3f}')} |")
+    return head + body
+
+
+def report(res: dict, why: dict | None = None) -> str:
     done = len(res)
     total = len(ENVS) * len(ARMS) * len(SEEDS)
     out = ["# The paper's comparison where its premise holds — the preregistered family\n",
@@ -171,6 +251,8 @@ def report(res: dict) -> str:
         d = diff(res, e, "prover", "prover-random")
         out += ["", f"ProVer − ProVer-random: {paired.fmt(d, sign=True)}, two-sided p {paired.fmt_p(d.get('p'))}. "
                 f"The paper's ProVer policy tokens over GRPO here: +{PAPER_TOKENS[e]}%.\n"]
+        if why:
+            out += ["Why (means over the seeds of per-run figures; why.csv):\n", *why_table(why, e), ""]
     out.append(f"The paper's acceptance ({PAPER_ACCEPT}). Judge: the built-in one (`--judge builtin`); "
                "prover-random's judge is `random` (no judge tokens).")
     return "\n".join(out) + "\n"
@@ -182,7 +264,7 @@ def main():
     args = p.parse_args()
     res = load(args.out)
     write_csv(os.path.join(args.out, "runs.csv"), res)
-    text = report(res)
+    text = report(res, update_why(args.out, res))
     with open(os.path.join(args.out, "confirm.md"), "w") as f:
         f.write(text)
     print(text)

@@ -7,7 +7,7 @@ records are complete, bounded and consistent with the credit (F − A = λ·Δ̂
 they survive a torn line and --resume; report.html renders in headless Chromium with networking
 off (a screenshot with many colours; the DOM holds the highlighted segment with its Δ̂, one
 advantage strip per trajectory, the curves); report.py puts several runs side by side; --log is
-validated at start-up. Without Chromium the browser test is skipped with the reason.
+validated at start-up; bench/premise_confirm.py's credit figures read the run's metrics and records. Without Chromium the browser test is skipped with the reason.
 """
 import json
 import os
@@ -146,6 +146,31 @@ def test_retried_credit_keeps_each_groups_own_records(tmp_path, monkeypatch):
     guarded_credit(method, run, groups, [[[0.0]] for _ in range(3)], 1, lambda *_: None, strict=False)
     assert [p[0] for p in run.proposals] == [0, 2]
     assert run.records == [{"g": 0, "gid": 0}, {"g": 2, "gid": 2}]
+
+
+def test_premise_confirms_credit_figures_read_the_run(run_dir):
+    """bench/premise_confirm.why_row on a real run: counts and acceptance as the metrics say (the
+    acceptance pooled as bench/runs.py pools it for the summaries), the bonus λ·Δ̂ of the records'
+    credited segments, and its size against the success's GRPO advantage A (F − A = bonus there)."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import premise_confirm
+    import runs
+    out, _ = run_dir
+    row = premise_confirm.why_row(str(out))
+    tr = [r for r in lines(out / "metrics.jsonl") if r.get("step", 0) > 0 and "train/mixed_groups" in r]
+    assert row["updates"] == len(tr) == 2
+    assert row["credited"] == pytest.approx(sum(r["prover/credited"] for r in tr) / 2)
+    assert row["accept"] == pytest.approx(runs.pooled_rate(tr, "prover/accept_rate", ("prover/valid", "prover/repaired")))
+    credited = [(g, g["judge"]) for rec in lines(out / "records.jsonl") for g in rec["groups"]
+                if g["judge"] and g["judge"].get("applied")]
+    assert credited and row["bonus_mean"] == pytest.approx(sum(j["delta"] for _, j in credited) / len(credited), abs=1e-3)
+    ratios = []
+    for g, j in credited:
+        tr_ = g["trajs"][j["sid"]]
+        on = range(j["start"], j["end"] + 1)
+        assert all(tr_["F"][t] - tr_["A"][t] == pytest.approx(j["bonus"], abs=1e-3) for t in on)
+        ratios.append(j["bonus"] * len(on) / sum(tr_["A"][t] for t in on))
+    assert row["bonus_over_adv"] == pytest.approx(sum(ratios) / len(ratios))
 
 
 def test_every_metrics_key_of_the_run_is_documented(run_dir):
