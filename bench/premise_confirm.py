@@ -212,7 +212,7 @@ def why_table(why: dict, env: str) -> list[str]:
 def report(res: dict, why: dict | None = None) -> str:
     done = len(res)
     total = len(ENVS) * len(ARMS) * len(SEEDS)
-    out = ["# The paper's comparison where its premise holds — the preregistered family\n",
+    out = ["# The paper's comparison in the regimes closest to its premise — the preregistered family\n",
            f"Plan: `PLAN.md` (committed before any run). Runs finished: **{done} of {total}**. Metric: final "
            "held-out success in points (WebShop: score), 50 updates, the whole held-out split played 4×. "
            "Regimes: " + "; ".join(f"{e} `{' '.join(REGIME[e])}`" for e in ENVS) + ".\n",
@@ -229,6 +229,7 @@ def report(res: dict, why: dict | None = None) -> str:
                    f"{paired.fmt_p(ph)} | {verdict} |")
     out += ["", "The CI is two-sided 95% (t; the average: Welch over benchmarks); p is the exact one-sided "
             "sign-flip (the average: the stratified sign-flip, 100,000 random patterns at 30 differences).\n",
+            f"**Answer** (the family only): {answer(res) or 'waiting for every run.'}\n",
             "## Beside it (exploratory: not in the family)\n"]
     for e in ENVS:
         n_env = sum(1 for k in res if k[0] == e)
@@ -256,6 +257,23 @@ def report(res: dict, why: dict | None = None) -> str:
     out.append(f"The paper's acceptance ({PAPER_ACCEPT}). Judge: the built-in one (`--judge builtin`); "
                "prover-random's judge is `random` (no judge tokens).")
     return "\n".join(out) + "\n"
+
+
+def answer(res: dict) -> str | None:
+    """The study's answer in one sentence, from the family only (None until every test is decided):
+    each Δ with its Holm p, and a verdict word that follows the Holm p at α = 0.05."""
+    rows = family(res)
+    if any(r.get("p_holm") is None for r in rows):
+        return None
+    part = lambda r: f"{paired.fmt(r['d'], sign=True)} (Holm p {paired.fmt_p(r['p_holm'])})"  # noqa: E731
+    envs = [r["name"].split(", ")[1] for r in rows[1:4] if r["p_holm"] < 0.05]
+    avg = rows[0]["p_holm"] < 0.05
+    first = ("ProVer is not shown to beat GRPO" if not (avg or envs) else
+             "ProVer beats GRPO " + " and ".join((["on the average"] if avg else []) + ([f"on {', '.join(envs)}"] if envs else []))
+             + ("" if avg else " (not on the average)"))
+    second = "beats random segments" if rows[4]["p_holm"] < 0.05 else "is not shown to beat random segments"
+    return (f"{first} (Δ points, one-sided: average {part(rows[0])}, ALFWorld {part(rows[1])}, WebShop {part(rows[2])}, "
+            f"SearchQA {part(rows[3])}), and {second} ({part(rows[4])}).")
 
 
 def main():

@@ -104,3 +104,16 @@ def test_compares_prover_plus_l3k4_arm_is_lambda_3_k_4():
     import compare
     cfg = config.parse_args(["--env", "alfworld", *compare.METHOD_ARGS["prover-plus-l3k4"]])
     assert (cfg.method, cfg.lam, cfg.verify_k) == ("prover-plus", 3.0, 4)
+
+
+def test_the_answer_waits_for_the_family_and_follows_holm(tmp_path):
+    fill(tmp_path, envs=["alfworld", "webshop"])
+    assert pc.answer(pc.load(str(tmp_path))) is None                   # SearchQA missing: nothing said
+    fill(tmp_path)
+    text = pc.answer(pc.load(str(tmp_path)))
+    assert text.startswith("ProVer beats GRPO on the average and on ALFWorld, WebShop, SearchQA") and "beats random segments" in text
+    for e in pc.ENVS:                              # no effect anywhere: ProVer = GRPO = random on every seed
+        for s in pc.SEEDS:
+            write(tmp_path, e, "prover", s, 0.3 + 0.01 * (s - 30))
+    text = pc.answer(pc.load(str(tmp_path)))
+    assert text.startswith("ProVer is not shown to beat GRPO") and "is not shown to beat random segments" in text
