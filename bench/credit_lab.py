@@ -443,7 +443,8 @@ def plot(args, res, speed):
     ax[2].set_ylabel(f"paired Δ q_key vs GRPO, rooms = {curve_rooms} (95% CI)")
     for a in ax:
         a.grid(alpha=0.3)
-        a.legend(fontsize=7)
+        if a.get_legend_handles_labels()[0]:     # no empty legend (and no warning) on a panel without labelled curves
+            a.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(args.out, f"{args.name}.png"), dpi=90)
     plt.close(fig)
