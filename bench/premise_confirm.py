@@ -45,6 +45,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import paired  # noqa: E402  (bench/paired.py)
+from compare import by_seed  # noqa: E402  ({seed: summary[key]} of one env and arm)
 from runs import same_start  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,10 +83,6 @@ def load(out: str) -> dict:
             raise SystemExit(f"premise_confirm: {path} is not a run of the PLAN ({bad[0] if bad else f'{env}/{arm}/s{seed}'})")
         res[env, arm, seed] = rec["summary"]
     return res
-
-
-def by_seed(res: dict, env: str, arm: str, key: str) -> dict:
-    return {s: r[key] for (e, m, s), r in res.items() if e == env and m == arm and key in r}
 
 
 def diff(res: dict, env: str, arm: str, other: str, alternative: str = "two-sided") -> dict:
