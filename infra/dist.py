@@ -461,6 +461,8 @@ def launch(n: int, script: str, argv: list[str], t0: float, keep_fds: tuple = ()
         time.sleep(0.2)
     codes = [p.returncode for p in procs]
     if user_stop:
+        if codes[0] < 0:   # rank 0 died of the passed-on signal before it could say anything (imports)
+            sys.stderr.write("\ninterrupted during start-up; no new checkpoint\n")
         return 130
     if killed is not None:            # already reported; the others were stopped by us
         # a worker that aborted itself (SIGABRT: a C++ library's terminate, e.g. gloo's "collective

@@ -26,7 +26,17 @@ from infra.runlog import T_START
 
 def main(cfg, argv: list[str], train, script: str) -> None:
     """`python train.py ARGV` (cfg: ARGV parsed): validate, lock the run directory, then train here
-    or in n workers (each parses ARGV itself)."""
+    or in n workers (each parses ARGV itself). A stopped rank of a process group ends at once
+    (exit_stopped: the interpreter's shutdown could abort in Gloo's threads)."""
+    try:
+        _main(cfg, argv, train, script)
+    except SystemExit as e:
+        if e.code == 130:
+            exit_stopped(130)
+        raise
+
+
+def _main(cfg, argv: list[str], train, script: str) -> None:
     cfg.out = cfg.out or default_out(cfg)
     try:
         validate(cfg)
@@ -85,3 +95,25 @@ def main(cfg, argv: list[str], train, script: str) -> None:
     finally:
         if lock is not None:
             rundir.unlock_run(cfg.out, lock)
+
+
+def exit_stopped(code: int) -> None:
+    """In a process of a process group that was stopped (Ctrl-C, SIGTERM, a peer's failure): flush
+    the console and end the process now, skipping the interpreter's shutdown; without a group,
+    return (the caller raises SystemExit as usual).
+
+    Why: a process that exits without `destroy_process_group()` can abort in the interpreter's
+    shutdown — Gloo's worker threads may still hold work whose tensors need the GIL as they are
+    freed, and the C++ runtime ends with SIGABRT and "terminate called without an active
+    exception" after the run's last line. Destroying the group instead could wait on a peer stuck in
+    a collective. Nothing is left to write by then: metrics, records and checkpoints are written whole
+    by rename or appended by opened-and-closed files, and the lead closed its loggers."""
+    tdist = sys.modules.get("torch.distributed")
+    if tdist is None or not (tdist.is_available() and tdist.is_initialized()):
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a closed or broken pipe: nothing more can be said anyway
+            pass
+    os._exit(code)

@@ -165,6 +165,8 @@ class RunLog:
             print(f"\ninterrupted at update {step}; last complete checkpoint: "
                   + (f"{self.cfg.out}/checkpoint (step {s}); continue with --resume" if s is not None else "none yet"),
                   file=sys.stderr)
+        if self.loggers is not None:                 # TensorBoard / wandb flush what they hold
+            self.loggers.close()
 
     def finish(self) -> None:
         """curves.png and report.html, the loggers closed; every worker waits for the lead."""

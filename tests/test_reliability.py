@@ -298,3 +298,42 @@ def test_a_worker_that_aborts_itself_is_reported_with_its_last_output(tmp_path, 
     err = capsys.readouterr().err
     assert rc == 134 and time.time() - t0 < 30
     assert "worker 1 died (signal 6, SIGABRT)" in err and "gloo::EnforceNotMet (collective mismatch)" in err
+
+
+def test_a_stopped_rank_of_a_group_ends_without_the_interpreters_shutdown(tmp_path):
+    """exit_stopped in a process of a (real, one-rank gloo) process group ends it with the code at
+    once: no atexit handler runs (the interpreter's shutdown is what could abort in Gloo's threads),
+    and what was printed before is not lost; without a group it returns."""
+    script = tmp_path / "s.py"
+    script.write_text("import atexit, os, sys\n"
+                      f"sys.path.insert(0, {ROOT!r})\n"
+                      "from infra import dist, launch\n"
+                      "if sys.argv[1] == 'group':\n"
+                      "    dist.init(fsdp=True)\n"
+                      "atexit.register(lambda: sys.stderr.write('shutdown ran\\n'))\n"
+                      "print('before', flush=False)\n"
+                      "launch.exit_stopped(130)\n"
+                      "print('returned')\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK")}   # a group of one
+    g = subprocess.run([sys.executable, str(script), "group"], capture_output=True, text=True, env=env, timeout=120)
+    assert g.returncode == 130 and g.stdout == "before\n" and "shutdown ran" not in g.stderr, g.stderr[-2000:]
+    n = subprocess.run([sys.executable, str(script), "none"], capture_output=True, text=True, env=env, timeout=120)
+    assert n.returncode == 0 and n.stdout == "before\nreturned\n" and "shutdown ran" in n.stderr, n.stderr[-2000:]
+
+
+def test_ctrl_c_before_the_workers_can_speak_is_said_by_the_launcher(tmp_path, capsys):
+    """A Ctrl-C that reaches the workers before they handle signals (still importing) kills them
+    silently: the launcher says what happened in one line and exits 130."""
+    import threading
+    from infra import dist
+    script = tmp_path / "w.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        rc = dist.launch(2, str(script), [], time.time())
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    err = capsys.readouterr().err
+    assert rc == 130 and err.strip().splitlines()[-1] == "interrupted during start-up; no new checkpoint", err
