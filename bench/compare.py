@@ -236,19 +236,26 @@ def by_seed(res: dict, env: str, method: str, key: str) -> dict:
     return {s: r[key] for (e, m, s), r in res.items() if e == env and m == method}
 
 
-def ratio(res, env, method, key, pct: bool = False, digits: int = 0) -> str:
-    """Mean cost of `method` over its seeds, and × GRPO's (or, pct, its change in %) on the same
-    seeds: the ratio divides the method's mean by GRPO's mean over the seeds both ran, never by
-    GRPO's mean over more seeds (a 4-seed arm over a 10-seed GRPO mixes seed effects in)."""
+def cost_ratio(res, env, method, key) -> tuple[float, float] | None:
+    """(mean cost of `method` over its seeds, × GRPO's on the same seeds; NaN without GRPO's), or None
+    without runs: the ratio divides the method's mean by GRPO's mean over the seeds both ran, never
+    by GRPO's mean over more seeds (a 4-seed arm over a 10-seed GRPO mixes seed effects in)."""
     a, b = by_seed(res, env, method, key), by_seed(res, env, "grpo", key)
     if not a:
-        return "–"
-    m = paired.mean(list(a.values()))
+        return None
     shared = sorted(set(a) & set(b))
     bm = paired.mean([b[s] for s in shared]) if shared else 0.0
-    if not bm > 0:
+    return paired.mean(list(a.values())), (paired.mean([a[s] for s in shared]) / bm if bm > 0 else float("nan"))
+
+
+def ratio(res, env, method, key, pct: bool = False, digits: int = 0) -> str:
+    """cost_ratio as a cell: "mean (r×)", or with pct "mean (+x.x%)"; "–" without runs."""
+    c = cost_ratio(res, env, method, key)
+    if c is None:
+        return "–"
+    m, r = c
+    if r != r:
         return f"{m:.{digits}f}"
-    r = paired.mean([a[s] for s in shared]) / bm
     return f"{m:.{digits}f} ({100 * (r - 1):+.1f}%)" if pct else f"{m:.{digits}f} ({r:.2f}×)"
 
 

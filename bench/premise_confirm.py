@@ -45,7 +45,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import paired  # noqa: E402  (bench/paired.py)
-from compare import by_seed  # noqa: E402  ({seed: summary[key]} of one env and arm)
+from compare import by_seed, cost_ratio  # noqa: E402  ({seed: summary[key]} of one env and arm; cost × GRPO's)
 from runs import same_start  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -109,16 +109,6 @@ def family(res: dict) -> list[dict]:
         for r, p in zip(rows, paired.holm([r["d"]["p"] for r in rows])):
             r["p_holm"] = p
     return rows
-
-
-def cost(res: dict, env: str, arm: str, key: str) -> tuple[float, float] | None:
-    """(mean of `key` for arm, its ratio to GRPO's mean over the seeds both ran)."""
-    a, b = by_seed(res, env, arm, key), by_seed(res, env, "grpo", key)
-    shared = sorted(set(a) & set(b))
-    if not a:
-        return None
-    g = paired.mean([b[s] for s in shared]) if shared else 0.0
-    return paired.mean(list(a.values())), (paired.mean([a[s] for s in shared]) / g if g > 0 else float("nan"))
 
 
 def write_csv(path: str, res: dict) -> None:
@@ -240,7 +230,7 @@ def report(res: dict, why: dict | None = None) -> str:
             if not vals:
                 continue
             d = diff(res, e, m, "grpo") if m != "grpo" else None
-            pt, jt = cost(res, e, m, "policy_tokens_per_update"), cost(res, e, m, "judge_tokens_per_update")
+            pt, jt = (cost_ratio(res, e, m, k) for k in ("policy_tokens_per_update", "judge_tokens_per_update"))
             acc = [v for v in by_seed(res, e, m, "accept_rate").values() if v == v]
             out.append(f"| {m} | {paired.fmt(paired.summary([100 * v for v in vals.values()]))} | "
                        f"{paired.fmt(d, sign=True) if d else '–'} | {paired.fmt_p(d.get('p')) if d else '–'} | "
