@@ -718,3 +718,20 @@ def test_premise_sentences_follow_the_screen():
     assert ("**The paper's premise** (the judge's segments verify positive far more often than random ones) holds "
             "in none of our default regimes, nor in any screened one after 10 GRPO updates; on ALFWorld the judge misses "
             "the segments worth most") in " ".join(read("README.md").split())
+
+
+def test_the_comparisons_sentence_follows_the_preregistered_study():
+    """The index's sentence on the paper's comparison in the chosen regimes follows
+    bench/premise_confirm.py over the kept summaries: "under way, no test decided" while any planned
+    test waits for runs, and the study's own answer sentence (every figure from the family, verdict
+    words following Holm) in the index and README once all five are decided — never a figure before."""
+    import premise_confirm
+    ans = premise_confirm.answer(premise_confirm.load(os.path.join(ROOT, "results", "premise_confirm")))
+    link = "[premise_confirm/confirm.md](premise_confirm/confirm.md)"
+    guide = " ".join(read(GUIDE).split())
+    if ans is None:
+        assert (f"The paper's comparison there: preregistered and under way ({link}: no test decided before "
+                "every run is in).") in guide
+    else:
+        assert f"The paper's comparison there (preregistered, {link}): {ans}" in guide
+        assert ans in " ".join(read("README.md").split())
