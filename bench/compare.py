@@ -250,12 +250,9 @@ def cost_ratio(res, env, method, key) -> tuple[float, float] | None:
 
 def ratio(res, env, method, key, pct: bool = False, digits: int = 0) -> str:
     """cost_ratio as a cell: "mean (r×)", or with pct "mean (+x.x%)"; "–" without runs."""
-    c = cost_ratio(res, env, method, key)
-    if c is None:
-        return "–"
-    m, r = c
-    if r != r:
-        return f"{m:.{digits}f}"
+    m, r = cost_ratio(res, env, method, key) or (None, None)
+    if m is None or r != r:               # no runs; no GRPO runs on the method's seeds (r NaN)
+        return "–" if m is None else f"{m:.{digits}f}"
     return f"{m:.{digits}f} ({100 * (r - 1):+.1f}%)" if pct else f"{m:.{digits}f} ({r:.2f}×)"
 
 
