@@ -289,9 +289,14 @@ def binom_ci(k: int, n: int) -> str:
     return f"{k / n:.2f} [{ci.low:.2f}, {ci.high:.2f}]"
 
 
-def report(folder: str = OUT) -> str:
+def load_studies(folder: str = OUT) -> dict:
+    """{study name: its csv rows} of every study in `folder` (none when it is missing)."""
     files = sorted(f for f in os.listdir(folder) if f.endswith(".csv")) if os.path.isdir(folder) else []
-    studies = {f[:-4]: list(csv.DictReader(open(os.path.join(folder, f), newline=""))) for f in files}
+    return {f[:-4]: list(csv.DictReader(open(os.path.join(folder, f), newline=""))) for f in files}
+
+
+def report(folder: str = OUT) -> str:
+    studies = load_studies(folder)
     lines = ["# The paper's premise: where the pivotal turns are, and does verification tell the judge's picks from random ones?", "",
              "Written by `python bench/premise.py` (each study's command in results/LOG.md). Per study (env, policy, "
              "regime flags): the rollouts of the run's batches at a fixed policy; **idle share** = share of a success's "

@@ -46,6 +46,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import paired  # noqa: E402  (bench/paired.py)
 from compare import by_seed, cost_ratio  # noqa: E402  ({seed: summary[key]} of one env and arm; cost × GRPO's)
+import premise  # noqa: E402  (bench/premise.py: the screen's studies and its rule)
 from runs import same_start  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -196,13 +197,17 @@ def why_table(why: dict, env: str) -> list[str]:
     return head + body
 
 
-def report(res: dict, why: dict | None = None) -> str:
+def report(res: dict, why: dict | None = None, screen: list[str] | None = None) -> str:
+    """confirm.md: the family, its answer, the exploratory tables; `screen`: the screen's choice per
+    env (premise.choose), said beside the regimes with the targets each misses."""
     done = len(res)
     total = len(ENVS) * len(ARMS) * len(SEEDS)
     out = ["# The paper's comparison in the regimes closest to its premise — the preregistered family\n",
            f"Plan: `PLAN.md` (committed before any run). Runs finished: **{done} of {total}**. Metric: final "
            "held-out success in points (WebShop: score), 50 updates, the whole held-out split played 4×. "
            "Regimes: " + "; ".join(f"{e} `{' '.join(REGIME[e])}`" for e in ENVS) + ".\n",
+           *(["The regimes against the screen's targets (results/premise/premise.md, its rule; the PLAN took "
+              "each benchmark's pick): " + " ".join(ln[2:] for ln in screen) + "\n"] if screen else []),
            "## The family (one-sided, Holm over these five)\n",
            "| test | Δ (points) [95% CI] | one-sided p | p (Holm) | decided at α = 0.05 |", "|---|---|---|---|---|"]
     rows = family(res)
@@ -269,7 +274,7 @@ def main():
     args = p.parse_args()
     res = load(args.out)
     write_csv(os.path.join(args.out, "runs.csv"), res)
-    text = report(res, update_why(args.out, res))
+    text = report(res, update_why(args.out, res), premise.choose(premise.load_studies()))
     with open(os.path.join(args.out, "confirm.md"), "w") as f:
         f.write(text)
     print(text)

@@ -675,9 +675,8 @@ def test_gigpo_confirmatory_test_follows_its_runs():
 
 
 def premise_studies() -> dict:
-    import csv
-    d = os.path.join(RES, "premise")
-    return {f[:-4]: list(csv.DictReader(open(os.path.join(d, f), newline=""))) for f in sorted(os.listdir(d)) if f.endswith(".csv")}
+    import premise
+    return premise.load_studies(os.path.join(RES, "premise"))
 
 
 def premise_paragraph() -> str:
