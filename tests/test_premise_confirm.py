@@ -117,3 +117,18 @@ def test_the_answer_waits_for_the_family_and_follows_holm(tmp_path):
             write(tmp_path, e, "prover", s, 0.3 + 0.01 * (s - 30))
     text = pc.answer(pc.load(str(tmp_path)))
     assert text.startswith("ProVer is not shown to beat GRPO") and "is not shown to beat random segments" in text
+
+
+def test_report_says_which_screen_targets_each_regime_misses(tmp_path):
+    """The report carries the screen's choice per benchmark (premise.choose over the committed studies):
+    each chosen regime is named with the PLAN's regime and, where it meets not every target, which."""
+    import premise
+    screen = premise.choose(premise.load_studies())
+    assert len(screen) == 3
+    text = pc.report(pc.load(str(tmp_path)), screen=screen)
+    line = [ln for ln in text.splitlines() if ln.startswith("The regimes against the screen's targets")][0]
+    for e, ln in zip(("alfworld", "webshop", "searchqa"), screen):
+        assert f"**{e}: `" in ln and ln[2:] in line
+        met = "meets every target at the warm start and after 10 GRPO updates" in ln
+        assert met or "failing: " in ln
+    assert "The regimes against" not in pc.report(pc.load(str(tmp_path)))
