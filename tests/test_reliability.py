@@ -327,10 +327,18 @@ def test_ctrl_c_before_the_workers_can_speak_is_said_by_the_launcher(tmp_path, c
     import threading
     from infra import dist
     script = tmp_path / "w.py"
-    script.write_text("import time\ntime.sleep(60)\n")
+    script.write_text("import os, time\n"
+                      f"open(os.path.join({str(tmp_path)!r}, 'up' + os.environ['RANK']), 'w').close()\n"
+                      "time.sleep(60)\n")
+
+    def ctrl_c():   # once both workers run (so the launcher's handler is in place), as a terminal would
+        while not all((tmp_path / f"up{r}").exists() for r in (0, 1)):
+            time.sleep(0.05)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        threading.Thread(target=ctrl_c, daemon=True).start()
         rc = dist.launch(2, str(script), [], time.time())
     finally:
         for s, h in old.items():
