@@ -238,12 +238,16 @@ def targets_met(s: dict) -> list[bool]:
     return [s["ratio"] >= 2, s["random"]["accept"] <= 0.30, 0.50 <= s["idle_success"] <= 0.75]
 
 
-def choose(studies: dict) -> list[str]:
+TARGET_NAMES = ("judge / random ≥ 2", "random ≤ 0.30", "idle share in [0.50, 0.75]")   # targets_met's order
+
+
+def choose(studies: dict, brief: bool = False) -> list[str]:
     """The screen's selection rule (results/premise/PLAN.md), per env: the first (candidate, margin) in
     order whose warm-start study meets all three targets and whose 10-update study (a policy after 10
     GRPO updates in the regime) meets them too; failing that, the candidate meeting the most targets at
     the warm start (ties: the larger judge / random ratio). A study is found by its env, regime and
-    policy (`-u10` in the policy's name: the 10-update one). Returns one line per env."""
+    policy (`-u10` in the policy's name: the 10-update one). Returns one line per env; `brief`: the
+    pick and the targets it misses only."""
     lines = []
     for env in CANDIDATES:
         order = [(c, False) for c in CANDIDATES[env]] + [(c, True) for c in EXPLORATORY[env]]
@@ -264,10 +268,15 @@ def choose(studies: dict) -> list[str]:
                     break
         if pick is None and not why and seen and not missing:
             c, x, m, s = max(seen, key=lambda t: (sum(targets_met(t[3])), t[3]["ratio"] if t[3]["ratio"] == t[3]["ratio"] else -1))
-            names = ("judge / random ≥ 2", "random ≤ 0.30", "idle share in [0.50, 0.75]")
-            fail = [n for n, ok in zip(names, targets_met(s)) if not ok]
+            fail = [n for n, ok in zip(TARGET_NAMES, targets_met(s)) if not ok]
             pick, why = (c, x, m, s), f"no candidate meets every target; it meets the most ({3 - len(fail)}), failing: {', '.join(fail)}"
-        if pick:
+        if pick and brief:
+            c, x, m, s = pick
+            fail = [n for n, ok in zip(TARGET_NAMES, targets_met(s)) if not ok]
+            lines.append(f"{env} `{c}`, margin {m:g}{' (exploratory)' if x else ''}: "
+                         + (f"misses {', '.join(fail)}" if fail else "meets every target at the warm start"
+                            + (" and after 10 GRPO updates" if why.startswith("meets") else ", not after 10 GRPO updates")))
+        elif pick:
             c, x, m, s = pick
             u = find(c, True)
             after = "" if u is None else (lambda t: f"; after 10 GRPO updates: judge / random {t['ratio']:.2f}, random "
@@ -276,7 +285,7 @@ def choose(studies: dict) -> list[str]:
                          f"(warm start: judge / random {s['ratio']:.2f}, random {s['random']['accept']:.2f}, idle share "
                          f"{s['idle_success']:.2f}{after}).")
         else:
-            lines.append(f"- **{env}: not chosen yet**: " + (why or f"listed candidates not yet measured: {', '.join(missing)}") + ".")
+            lines.append(f"{'' if brief else '- **'}{env}: not chosen yet{'' if brief else '**'}: " + (why or f"listed candidates not yet measured: {', '.join(missing)}") + ".")
     return lines
 
 

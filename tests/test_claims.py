@@ -693,8 +693,9 @@ def premise_paragraph() -> str:
             f"the best segment of a success (chosen on half the continuations, valued on the other half) is worth "
             f"{a['best']['value']:.2f} against the judge's {a['judge']['value']:.2f} and a random one's "
             f"{a['random']['value']:.2f}, and verification accepts it in {a['best']['accept']:.2f} of groups: there selection, "
-            "not verification, is what fails. By the screen's rule (premise/PLAN.md): "
-            + " ".join(ln[2:] for ln in premise.choose(st)))
+            "not verification, is what fails. By the screen's rule (premise/PLAN.md), the regime closest to the "
+            "premise per benchmark (its figures: [premise.md](premise/premise.md)): "
+            + "; ".join(premise.choose(st, brief=True)) + ".")
 
 
 def test_premise_sentences_follow_the_screen():

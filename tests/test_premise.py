@@ -90,3 +90,16 @@ def test_a_regime_is_train_flags_and_a_bad_one_is_one_error_line():
         premise.train_argv("alfworld", None, "max_steps")
     with pytest.raises(SystemExit, match="premise: --regime"):
         premise.main(["--env", "alfworld", "--regime", "max_steps=-3", "--out", "/nonexistent"])
+
+
+def test_the_brief_choice_names_the_same_pick_and_misses_as_the_full_one():
+    """choose(brief=True), the index's form, names the pick of the full rule (env, regime, margin) and
+    exactly the targets the full line says it fails, on the committed studies."""
+    st = premise.load_studies()
+    full, brief = premise.choose(st), premise.choose(st, brief=True)
+    assert len(full) == len(brief) == 3
+    for f, b in zip(full, brief):
+        env, regime, margin = f.split("**")[1].split(": ")[0], f.split("`")[1], f.split("margin ")[1].split("*")[0]
+        assert b.startswith(f"{env} `{regime}`, margin {margin}")
+        fails = f.split("failing: ")[1].split(" (warm start")[0] if "failing: " in f else ""
+        assert (b.endswith(f"misses {fails}") if fails else "meets every target" in b), (f, b)
