@@ -150,15 +150,28 @@ def _terminal_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.mark.parametrize("sig,workers", [(signal.SIGINT, 1), (signal.SIGINT, 2), (signal.SIGTERM, 2)],
-                         ids=["ctrl-c", "ctrl-c-2-workers", "sigterm-2-workers"])
+def _tensorboard_scalars(logdir, tag):
+    """{step: value} of one scalar, read back from the event files as TensorBoard reads them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ea = EventAccumulator(str(logdir))
+    ea.Reload()
+    return {e.step: e.value for e in ea.Scalars(tag)}
+
+
+@pytest.mark.parametrize("sig,workers,log", [(signal.SIGINT, 1, ""), (signal.SIGINT, 2, "tensorboard"),
+                                             (signal.SIGTERM, 2, "")],
+                         ids=["ctrl-c", "ctrl-c-2-workers-tensorboard", "sigterm-2-workers"])
 @pytest.mark.slow
-def test_interrupt_leaves_loadable_checkpoint(tmp_path, cache, sig, workers):
+def test_interrupt_leaves_loadable_checkpoint(tmp_path, cache, sig, workers, log):
+    """A Ctrl-C / SIGTERM mid-loop: exit 130, one line from rank 0, a checkpoint --resume loads, and
+    (with --log tensorboard) every metrics row written before the stop also in TensorBoard's files."""
+    if log:
+        pytest.importorskip(log, reason=f"{log} not installed (optional: pip install {log})")
     out = tmp_path / "run"
     env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONUNBUFFERED="1")
     p = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), "--method", "grpo", "--iters", "200",
                           "--eval-every", "0", "--checkpoint-every", "1", "--out", str(out), "--cache-dir", str(cache),
-                          "--workers", str(workers), *TINY],
+                          "--workers", str(workers), *(["--log", log] if log else []), *TINY],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          preexec_fn=_terminal_sigint)
     deadline = time.time() + 400
@@ -171,6 +184,11 @@ def test_interrupt_leaves_loadable_checkpoint(tmp_path, cache, sig, workers):
     assert p.returncode == 130, err[-2000:]
     assert err.count("last complete checkpoint") == 1, err[-2000:]      # said once, by rank 0
     assert "Traceback" not in err, err[-3000:]
+    if log:
+        rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+        assert rows, err[-2000:]
+        assert _tensorboard_scalars(out / "tensorboard", "train/success") == \
+            {r["step"]: pytest.approx(r["train/success"]) for r in rows}
     r = run(["--method", "grpo", "--resume", "--iters", "1", "--eval-every", "0", "--out", str(out), *TINY], cache, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
 
