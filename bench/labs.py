@@ -449,7 +449,9 @@ def command_block(lab: Lab) -> str:
     return "```bash\n" + lab.command.replace(" & ", " &\n") + "\n```"
 
 
-MARK = re.compile(r"(<!-- lab:([a-z]+):(command|measured) -->\n)(.*?)(\n<!-- /lab -->)", re.S)
+# a block's body holds no HTML comment, so an empty block (opening marker, newline, closing marker)
+# is matched too and never reaches into the next block
+MARK = re.compile(r"(<!-- lab:([a-z]+):(command|measured) -->\n)((?:(?!<!-- ).)*?)\n?(<!-- /lab -->)", re.S)
 
 
 def render(text: str, record: dict) -> str:
@@ -458,7 +460,7 @@ def render(text: str, record: dict) -> str:
         if lab is None:
             raise KeyError(f"LABS.md names an unknown lab {m.group(2)!r}")
         body = command_block(lab) if m.group(3) == "command" else measured_block(lab, record.get(lab.key))
-        return m.group(1) + body + m.group(5)
+        return m.group(1) + body + "\n" + m.group(5)
     return MARK.sub(fill, text)
 
 

@@ -58,6 +58,21 @@ def test_labs_md_is_what_render_writes():
     assert labs.render(text, labs.load_record()) == text, "run `python bench/labs.py render`"
 
 
+def test_render_fills_an_empty_block_and_leaves_its_neighbours():
+    lab = labs.LABS[-1]
+    rec = {lab.key: {"command": lab.command, "seconds": 60, "date": "d", "commit": "c", "figures": {}}}
+    empty = f"<!-- lab:{lab.key}:measured -->\n<!-- /lab -->\n\ntext\n<!-- lab:{lab.key}:command -->\nold\n<!-- /lab -->\n"
+    lab_text = lab.text
+    lab.text = lambda f: "FIGURES"                   # the prose function reads files; here only the block matters
+    try:
+        out = labs.render(empty, rec)
+    finally:
+        lab.text = lab_text
+    assert out == (f"<!-- lab:{lab.key}:measured -->\n**We measured** (d, commit `c`, 1.0 min, no other job noted; "
+                   f"`results/labs.json`): FIGURES\n<!-- /lab -->\n\ntext\n<!-- lab:{lab.key}:command -->\n"
+                   f"{labs.command_block(lab)}\n<!-- /lab -->\n")
+
+
 def test_every_lab_has_its_blocks_and_a_measurement_of_its_command():
     text = open(labs.LABS_MD).read()
     record = labs.load_record()
