@@ -257,14 +257,14 @@ def answer(res: dict) -> str | None:
     rows = family(res)
     if any(r.get("p_holm") is None for r in rows):
         return None
-    part = lambda r: f"{paired.fmt(r['d'], sign=True)} (p {paired.fmt_p(r['p_holm'])})"  # noqa: E731
+    part = lambda r: f"{paired.fmt(r['d'], sign=True)} ({paired.fmt_p(r['p_holm'])})"  # noqa: E731
     envs = [r["name"].split(", ")[1] for r in rows[1:4] if r["p_holm"] < 0.05]
     avg = rows[0]["p_holm"] < 0.05
     first = ("ProVer is not shown to beat GRPO" if not (avg or envs) else
              "ProVer beats GRPO " + " and ".join((["on the average"] if avg else []) + ([f"on {', '.join(envs)}"] if envs else []))
              + ("" if avg else " (not on the average)"))
     second = "beats random segments" if rows[4]["p_holm"] < 0.05 else "is not shown to beat random segments"
-    return (f"{first} (Δ points, one-sided, Holm-adjusted p: average {part(rows[0])}, ALFWorld {part(rows[1])}, "
+    return (f"{first} (one-sided Δ points, Holm p: average {part(rows[0])}, ALFWorld {part(rows[1])}, "
             f"WebShop {part(rows[2])}, SearchQA {part(rows[3])}), and {second} ({part(rows[4])}).")
 
 
