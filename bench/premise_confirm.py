@@ -251,21 +251,27 @@ def report(res: dict, why: dict | None = None, screen: list[str] | None = None) 
     return "\n".join(out) + "\n"
 
 
-def answer(res: dict) -> str | None:
+def answer(res: dict, short: bool = False) -> str | None:
     """The study's answer in one sentence, from the family only (None until every test is decided):
-    each Δ with its Holm p, and a verdict word that follows the Holm p at α = 0.05."""
+    each Δ with its 95% CI and n and its Holm p, and a verdict word that follows the Holm p at α = 0.05;
+    `short` (README's Results): each Δ's mean and Holm p only."""
     rows = family(res)
     if any(r.get("p_holm") is None for r in rows):
         return None
-    part = lambda r: f"{paired.fmt(r['d'], sign=True)} ({paired.fmt_p(r['p_holm'])})"  # noqa: E731
+    if short:
+        part = lambda r: f"{r['d']['mean']:+.1f} ({paired.fmt_p(r['p_holm'])})"  # noqa: E731
+        head, sep = "one-sided Δ points, Holm p: ", ", "
+    else:
+        part = lambda r: f"{paired.fmt(r['d'], sign=True)}, p {paired.fmt_p(r['p_holm'])}"  # noqa: E731
+        head, sep = "Δ points [95% CI], one-sided Holm p: ", "; "
     envs = [r["name"].split(", ")[1] for r in rows[1:4] if r["p_holm"] < 0.05]
     avg = rows[0]["p_holm"] < 0.05
     first = ("ProVer is not shown to beat GRPO" if not (avg or envs) else
              "ProVer beats GRPO " + " and ".join((["on the average"] if avg else []) + ([f"on {', '.join(envs)}"] if envs else []))
              + ("" if avg else " (not on the average)"))
     second = "beats random segments" if rows[4]["p_holm"] < 0.05 else "is not shown to beat random segments"
-    return (f"{first} (one-sided Δ points, Holm p: average {part(rows[0])}, ALFWorld {part(rows[1])}, "
-            f"WebShop {part(rows[2])}, SearchQA {part(rows[3])}), and {second} ({part(rows[4])}).")
+    return (f"{first} ({head}average {part(rows[0])}{sep}ALFWorld {part(rows[1])}{sep}"
+            f"WebShop {part(rows[2])}{sep}SearchQA {part(rows[3])}), and {second} ({part(rows[4])}).")
 
 
 def main():

@@ -117,6 +117,9 @@ def test_the_answer_waits_for_the_family_and_follows_holm(tmp_path):
             write(tmp_path, e, "prover", s, 0.3 + 0.01 * (s - 30))
     text = pc.answer(pc.load(str(tmp_path)))
     assert text.startswith("ProVer is not shown to beat GRPO") and "is not shown to beat random segments" in text
+    short = pc.answer(pc.load(str(tmp_path)), short=True)
+    assert short.startswith("ProVer is not shown to beat GRPO (one-sided Δ points, Holm p: average ") and len(short) < len(text)
+    assert "[" in text and "[" not in short                  # the CIs in the full sentence only
 
 
 def test_report_says_which_screen_targets_each_regime_misses(tmp_path):
