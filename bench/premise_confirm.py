@@ -112,6 +112,14 @@ def family(res: dict) -> list[dict]:
     return rows
 
 
+def closest_to_grpo(res: dict) -> tuple[float, str, str] | None:
+    """Beside the family (exploratory): the smallest two-sided p of any arm − GRPO on any benchmark,
+    with its arm and benchmark (None until every run is in)."""
+    if len(res) < len(ENVS) * len(ARMS) * len(SEEDS):
+        return None
+    return min((diff(res, e, a, "grpo")["p"], a, e) for e in ENVS for a in ARMS if a != "grpo")
+
+
 def write_csv(path: str, res: dict) -> None:
     cols = ["env", "method", "seed", "final", "final_success", "final_score", "init_success", "policy_tokens",
             "rollout_tokens", "verify_tokens", "judge_tokens", "accept", "env_steps", "warm_start"]

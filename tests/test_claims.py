@@ -736,3 +736,9 @@ def test_the_comparisons_sentence_follows_the_preregistered_study():
         assert premise_confirm.answer(premise_confirm.load(os.path.join(ROOT, "results", "premise_confirm")),
                                       short=True) in " ".join(read("README.md").split())
         assert f"the preregistered comparison (`results/premise_confirm/confirm.md`): {ans}" in " ".join(read("LABS.md").split())
+    near = premise_confirm.closest_to_grpo(premise_confirm.load(os.path.join(ROOT, "results", "premise_confirm")))
+    if near is not None:                          # the exploratory arms beside it: said only as they are
+        p, arm, env = near
+        assert p >= 0.05
+        assert (f"Beside it (exploratory, uncorrected), no arm's final differs from GRPO's on any benchmark, "
+                f"grpo-matched's extra rollouts included (the smallest two-sided p: {p:.2f}, {arm} on {env})") in guide
