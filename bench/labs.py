@@ -302,8 +302,8 @@ def benchmark_text(f: dict) -> str:
     one = lambda m: f"{m} {f[m]['snr']:.3f} ± {f[m]['snr_se']:.3f} ({f[m]['tokens']:.0f} tokens)"  # noqa: E731
     st = {(r["env"], os.path.basename(r["policy"]), r["method"]): r for r in read_csv(os.path.join(ROOT, BENCH_STUDY))}
     parts = [f"{e} {p} ({g['batches']} batches): GRPO {float(g['snr']):.4f} ± {float(g['snr_se']):.4f}"
-             + (f", GiGPO {bg.claim(q, 'snr_vs_grpo', q['ratio_resolved'])} GRPO's" if q else "")
-             + (f", exact per-turn advantages {bg.claim(x, 'exact_vs_grpo', x['exact_resolved'])}" if x else "")
+             + (f", GiGPO / GRPO {bg.claim(q, 'snr_vs_grpo', q['ratio_resolved'])}" if q else "")
+             + (f", exact per-turn advantages / GRPO {bg.claim(x, 'exact_vs_grpo', x['exact_resolved'])}" if x else "")
              for e, p in sorted({k[:2] for k in st}) for g, q, x in [(st[(e, p, "grpo")], st.get((e, p, "gigpo")), st.get((e, p, BENCH_REF)))]]
     return (f"Signal-to-noise of one batch's gradient (4 tasks × G = 8, ± jackknife SE): {', '.join(one(m) for m in BENCH_METHODS)}. "
             f"A batch whose snr is s is s/(1 + s) signal (8 batches resolve it only roughly); a method that doubles s is worth two GRPO batches. "

@@ -586,6 +586,8 @@ def ladder_sentence(rows: dict, env: str, policy: str) -> str:
     truthy = bg.truthy
     out = (f"{env}, {policy} ({g['batches']} batches per arm, the same for every ratio): GRPO's snr per batch "
            f"{float(g['snr']):.4f} ± {float(g['snr_se']):.4f}")
+    if not truthy(g["snr_resolved"]):             # every ratio divides by GRPO's snr: none is resolved
+        return out + ", within 2 SE of 0: every ratio to it unresolved"
     if truthy(g["direction_resolved"]):
         a, se = float(g["align"]), float(g["align_se"])
         out += f", its mean gradient consistent with Monte Carlo credit's direction (align {a:.2f} ± {se:.2f}: cos ≥ {a - 2 * se:.2f})"
