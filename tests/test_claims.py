@@ -727,7 +727,8 @@ def test_the_comparisons_sentence_follows_the_preregistered_study():
     words following Holm) in the index and LABS.md's lab 9, its short form (means and Holm p) in README,
     once all five are decided — never a figure before."""
     import premise_confirm
-    ans = premise_confirm.answer(premise_confirm.load(os.path.join(ROOT, "results", "premise_confirm")))
+    res = premise_confirm.load(os.path.join(ROOT, "results", "premise_confirm"))
+    ans = premise_confirm.answer(res)
     link = "[premise_confirm/confirm.md](premise_confirm/confirm.md)"
     guide = " ".join(read(GUIDE).split())
     if ans is None:
@@ -735,10 +736,9 @@ def test_the_comparisons_sentence_follows_the_preregistered_study():
                 "every run is in).") in guide
     else:
         assert f"The paper's comparison there (preregistered, {link}): {ans}" in guide
-        assert premise_confirm.answer(premise_confirm.load(os.path.join(ROOT, "results", "premise_confirm")),
-                                      short=True) in " ".join(read("README.md").split())
+        assert premise_confirm.answer(res, short=True) in " ".join(read("README.md").split())
         assert f"the preregistered comparison (`results/premise_confirm/confirm.md`): {ans}" in " ".join(read("LABS.md").split())
-    near = premise_confirm.closest_to_grpo(premise_confirm.load(os.path.join(ROOT, "results", "premise_confirm")))
+    near = premise_confirm.closest_to_grpo(res)
     if near is not None:                          # the exploratory arms beside it: said only as they are
         p, arm, env = near
         assert p >= 0.05
