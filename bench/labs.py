@@ -309,7 +309,7 @@ def benchmark_text(f: dict) -> str:
             f"A batch whose snr is s is s/(1 + s) signal (8 batches resolve it only roughly); a method that doubles s is worth two GRPO batches. "
             f"The committed study (`results/benchmark_gradient/benchmark_gradient.md`; ratios on the same batches, 95% BCa "
             f"intervals, 'unresolved' where an snr they rest on is within 2 SE of 0): " + "; ".join(parts) + "."
-            + ("" if any(k[0] == "alfworld" for k in st) else " ALFWorld's rows are not in it yet (the earlier table divided "
+            + ("" if any(k[0] == "alfworld" and "[" not in k[1] for k in st) else " ALFWorld's default-regime rows are not in it yet (the earlier table divided "
                "by GRPO over other batches: results/archive/benchmark_gradient_unpaired/)."))
 
 
