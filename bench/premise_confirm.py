@@ -18,8 +18,8 @@ protocol (50 updates, whole held-out split played 4×, the regime's flags), and 
     tokens per update (rollouts + verification continuations, the policy tokenizer's ids) × GRPO's
     on the same seeds beside the paper's +2.4 / +11.6 / +16.8%, and judge tokens apart (the built-in
     judge ran: its tokens are what an LLM judge doing the same would write, in the policy tokenizer's
-    ids). A benchmark's exploratory table appears only once all its 60 runs are in, so that no
-    partial figure is read or quoted while the study runs.
+    ids), and the gradient ladder at the regime's warm start (results/benchmark_gradient/'s csv). A
+    benchmark's exploratory table appears only once all its 60 runs are in.
 
   * why, per run (exploratory; `why.csv`, from the run folders' metrics.jsonl and records.jsonl and
     kept in git, so a clone without the run folders rebuilds the report): per update the groups with
@@ -60,6 +60,11 @@ PROTOCOL = dict(iters=50, eval_every=25, eval_episodes=0, eval_repeats=4)
 METRIC = {"alfworld": "final_success", "webshop": "final_score", "searchqa": "final_success"}
 PAPER_TOKENS = {"alfworld": 2.4, "webshop": 11.6, "searchqa": 16.8}   # ProVer's policy tokens over GRPO, %, at 4B
 PAPER_ACCEPT = "SearchQA: random segments 19.5%, the paper's LLM judges 58.5–72.4%"
+LADDER = os.path.join(ROOT, "results", "benchmark_gradient", "benchmark_gradient.csv")
+# the study's arms under their names in the ladder, and its Monte Carlo reference (K = 2, every turn)
+LADDER_ARMS = {"grpo-matched": "grpo-matched", "prover": "prover", "prover-plus-l3k4": "prover-plus:lam=3,verify_k=4",
+               "gigpo": "gigpo"}
+LADDER_REF = "vine:vine_k=2,vine_turns=0"
 # the family, in the PLAN's order: (name, arm, other, the benchmarks it spans)
 FAMILY = [("1. ProVer > GRPO, average", "prover", "grpo", ENVS),
           ("2. ProVer > GRPO, ALFWorld", "prover", "grpo", ["alfworld"]),
@@ -205,6 +210,39 @@ def why_table(why: dict, env: str) -> list[str]:
     return head + body
 
 
+def ladder_regime(env: str) -> str:
+    """The regime as the ladder's --regime names it: ["--max-steps", "30", …] → "max_steps=30,…"."""
+    f = REGIME[env]
+    return ",".join(f"{f[i][2:].replace('-', '_')}={f[i + 1]}" for i in range(0, len(f), 2))
+
+
+def ladder_line(res: dict, env: str, path: str = LADDER) -> str | None:
+    """The gradient ladder beside the family (the PLAN's promise): the csv's rows in this regime whose
+    policy's weights (sha1, first 12 hex) are the ones every run of `env` started from; None when the
+    csv has no such rows. Each ratio as the ladder's rule lets it be said (`benchmark_gradient.claim`)."""
+    import hashlib
+    import benchmark_gradient as bg
+    starts = {r.get("warm_start") for k, r in res.items() if k[0] == env}
+    rows = {}
+    for r in csv.DictReader(open(path, newline="")):
+        pol, _, regime = r["policy"].partition(" [")
+        if r["env"] != env or regime != ladder_regime(env) + "]":
+            continue
+        w = os.path.join(ROOT, pol, "model.safetensors")
+        if os.path.exists(w) and {hashlib.sha1(open(w, "rb").read()).hexdigest()[:12]} == starts:
+            rows[r["method"]] = r
+    if "grpo" not in rows or LADDER_REF not in rows:
+        return None
+    g, ref = rows["grpo"], rows[LADDER_REF]
+    ok = bg.truthy(g["snr_resolved"])
+    arms = ", ".join(f"{m} {bg.claim(rows[x], 'snr_vs_grpo', ok and bg.truthy(rows[x]['ratio_resolved']))}"
+                     for m, x in LADDER_ARMS.items() if x in rows)
+    return (f"Gradient ladder at this regime's warm start (`results/benchmark_gradient/`, {g['batches']} batches; "
+            "snr × GRPO's on the same batches, 95% BCa, 'unresolved' where an snr it rests on is within 2 SE of 0): "
+            f"GRPO's snr {float(g['snr']):.4f} ± {float(g['snr_se']):.4f}; {arms}; exact per-turn advantages "
+            f"{bg.claim(ref, 'exact_vs_grpo', ok and bg.truthy(ref['exact_resolved']))}.\n")
+
+
 def report(res: dict, why: dict | None = None, screen: list[str] | None = None) -> str:
     """confirm.md: the family, its answer, the exploratory tables; `screen`: the screen's choice per
     env (premise.choose), said beside the regimes with the targets each misses."""
@@ -252,6 +290,8 @@ def report(res: dict, why: dict | None = None, screen: list[str] | None = None) 
         d = diff(res, e, "prover", "prover-random")
         out += ["", f"ProVer − ProVer-random: {paired.fmt(d, sign=True)}, two-sided p {paired.fmt_p(d.get('p'))}. "
                 f"The paper's ProVer policy tokens over GRPO here: +{PAPER_TOKENS[e]}%.\n"]
+        lad = ladder_line(res, e) if os.path.exists(LADDER) else None
+        out += [lad] if lad else []
         if why:
             out += ["Why (means over the seeds of per-run figures; why.csv):\n", *why_table(why, e), ""]
     out.append(f"The paper's acceptance ({PAPER_ACCEPT}). Judge: the built-in one (`--judge builtin`); "

@@ -6,7 +6,8 @@ Summaries are written as compare.py writes them (protocol + summary); the report
 benchmark lacks seeds, compute the five one-sided tests and Holm once all are in (exact p 1/1024 when
 all ten paired differences are positive), leave a seed whose arms started from different warm starts
 out, refuse a summary made under another protocol in one line, and write runs.csv with the columns
-the study promises. Also: compare.py's prover-plus-l3k4 arm parses to λ = 3, K = 4.
+the study promises, and quote the gradient ladder only at the runs' warm start and at its resolution.
+Also: compare.py's prover-plus-l3k4 arm parses to λ = 3, K = 4.
 """
 import csv
 import json
@@ -135,3 +136,40 @@ def test_report_says_which_screen_targets_each_regime_misses(tmp_path):
         met = "meets every target at the warm start and after 10 GRPO updates" in ln
         assert met or "failing: " in ln
     assert "The regimes against" not in pc.report(pc.load(str(tmp_path)))
+
+
+def test_the_ladder_beside_the_family_is_the_runs_warm_start_at_its_resolution(tmp_path):
+    """The ladder line reads the committed csv's rows in the env's regime only when their policy's weights
+    are the ones the runs started from (sha1, 12 hex), quotes each ratio with its BCa interval, and says
+    'unresolved' for every ratio once GRPO's snr is within 2 SE of 0."""
+    import hashlib
+    rows = [r for r in csv.DictReader(open(pc.LADDER, newline="")) if r["env"] == "alfworld"
+            and r["policy"].endswith(f" [{pc.ladder_regime('alfworld')}]")]
+    assert pc.ladder_regime("alfworld") == "max_steps=30,temperature=0.7" and len(rows) == 6
+    pol = rows[0]["policy"].partition(" [")[0]
+    weights = hashlib.sha1(open(os.path.join(ROOT, pol, "model.safetensors"), "rb").read()).hexdigest()[:12]
+    path = tmp_path / "ladder.csv"
+
+    def save(rs):
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rs)
+    save(rows)
+    fill(tmp_path, envs=["alfworld"])
+    assert pc.ladder_line(pc.load(str(tmp_path)), "alfworld", str(path)) is None      # runs from weights "w0"
+    for s in pc.SEEDS:
+        for arm in pc.ARMS:
+            write(tmp_path, "alfworld", arm, s, 0.3, warm=weights)
+    res = pc.load(str(tmp_path))
+    line = pc.ladder_line(res, "alfworld", str(path))
+    by = {r["method"]: r for r in rows}
+    p = by["prover"]
+    assert f"prover {float(p['snr_vs_grpo']):.2f}× [{float(p['snr_vs_grpo_lo']):.2f}, {float(p['snr_vs_grpo_hi']):.2f}]" in line
+    assert f"{by['grpo']['batches']} batches" in line and "unresolved" not in line.split("): GRPO's snr")[1]
+    by["grpo"]["snr_resolved"] = "False"
+    save(by.values())
+    line = pc.ladder_line(res, "alfworld", str(path))
+    tail = line.split("): GRPO's snr")[1]                              # 4 arms and exact credit, no ratio
+    assert tail.count("unresolved") == 5 and "×" not in tail
+    assert pc.ladder_line(res, "webshop", str(path)) is None
