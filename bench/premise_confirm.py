@@ -19,7 +19,9 @@ protocol (50 updates, whole held-out split played 4×, the regime's flags), and 
     on the same seeds beside the paper's +2.4 / +11.6 / +16.8%, and judge tokens apart (the built-in
     judge ran: its tokens are what an LLM judge doing the same would write, in the policy tokenizer's
     ids), and the gradient ladder at the regime's warm start (results/benchmark_gradient/'s csv). A
-    benchmark's exploratory table appears only once all its 60 runs are in.
+    benchmark's exploratory table appears only once all its 60 runs are in;
+  * a positive control (exploratory, decided after the results: results/premise_control/): GRPO at
+    twice the learning rate on ALFWorld, paired by seed with the study's GRPO runs.
 
   * why, per run (exploratory; `why.csv`, from the run folders' metrics.jsonl and records.jsonl and
     kept in git, so a clone without the run folders rebuilds the report): per update the groups with
@@ -65,6 +67,10 @@ LADDER = os.path.join(ROOT, "results", "benchmark_gradient", "benchmark_gradient
 LADDER_ARMS = {"grpo-matched": "grpo-matched", "prover": "prover", "prover-plus-l3k4": "prover-plus:lam=3,verify_k=4",
                "gigpo": "gigpo"}
 LADDER_REF = "vine:vine_k=2,vine_turns=0"
+# the positive control (exploratory, decided after the study's results; its folder's README): GRPO at
+# twice the learning rate on ALFWorld in the study's regime, the rest as the study's GRPO arm
+CONTROL = os.path.join(ROOT, "results", "premise_control")
+CONTROL_ENV, CONTROL_FLAGS = "alfworld", ["--lr", "2e-4"]
 # the family, in the PLAN's order: (name, arm, other, the benchmarks it spans)
 FAMILY = [("1. ProVer > GRPO, average", "prover", "grpo", ENVS),
           ("2. ProVer > GRPO, ALFWorld", "prover", "grpo", ["alfworld"]),
@@ -243,6 +249,28 @@ def ladder_line(res: dict, env: str, path: str = LADDER) -> str | None:
             f"{bg.claim(ref, 'exact_vs_grpo', ok and bg.truthy(ref['exact_resolved']))}.\n")
 
 
+def control_line(res: dict, out: str = CONTROL) -> str | None:
+    """The positive control beside the family: final(GRPO at lr ×2) − final(the study's GRPO) per seed
+    on CONTROL_ENV, over the seeds both ran from the same weights (points: mean, 95% t CI, two-sided
+    exact sign-flip p, n); None before a paired run is in. A control summary made under another
+    protocol than the study's GRPO arm plus CONTROL_FLAGS is one error line."""
+    ctl = {}
+    for path in sorted(glob.glob(os.path.join(out, "summaries", "compare", f"{CONTROL_ENV}-grpo-s*.json"))):
+        rec, seed = json.load(open(path)), int(path[:-5].rsplit("-s", 1)[1])
+        want = {**PROTOCOL, "env": CONTROL_ENV, "seed": seed, "extra": CONTROL_FLAGS + REGIME[CONTROL_ENV]}
+        bad = [f"{k}={rec['protocol'].get(k)!r} (the control: {v!r})" for k, v in want.items() if rec["protocol"].get(k) != v]
+        if bad or seed not in SEEDS:
+            raise SystemExit(f"premise_confirm: {path} is not a run of the positive control ({bad[0] if bad else f's{seed}'})")
+        ctl[CONTROL_ENV, "grpo-lr2", seed] = rec["summary"]
+    both = {**{k: v for k, v in res.items() if k[:2] == (CONTROL_ENV, "grpo")}, **ctl}
+    d = diff(both, CONTROL_ENV, "grpo-lr2", "grpo")
+    if not d.get("n"):
+        return None
+    return (f"Positive control (exploratory, decided after these results; `{os.path.relpath(out, ROOT)}/`): GRPO at "
+            f"twice the learning rate (`{' '.join(CONTROL_FLAGS)}`) − GRPO on {CONTROL_ENV}, final points: "
+            f"{paired.fmt(d, sign=True)}, two-sided exact sign-flip p {paired.fmt_p(d.get('p'))}.\n")
+
+
 def report(res: dict, why: dict | None = None, screen: list[str] | None = None) -> str:
     """confirm.md: the family, its answer, the exploratory tables; `screen`: the screen's choice per
     env (premise.choose), said beside the regimes with the targets each misses."""
@@ -292,6 +320,8 @@ def report(res: dict, why: dict | None = None, screen: list[str] | None = None) 
                 f"The paper's ProVer policy tokens over GRPO here: +{PAPER_TOKENS[e]}%.\n"]
         lad = ladder_line(res, e) if os.path.exists(LADDER) else None
         out += [lad] if lad else []
+        ctl = control_line(res) if e == CONTROL_ENV else None
+        out += [ctl] if ctl else []
         if why:
             out += ["Why (means over the seeds of per-run figures; why.csv):\n", *why_table(why, e), ""]
     out.append(f"The paper's acceptance ({PAPER_ACCEPT}). Judge: the built-in one (`--judge builtin`); "

@@ -6,7 +6,8 @@ Summaries are written as compare.py writes them (protocol + summary); the report
 benchmark lacks seeds, compute the five one-sided tests and Holm once all are in (exact p 1/1024 when
 all ten paired differences are positive), leave a seed whose arms started from different warm starts
 out, refuse a summary made under another protocol in one line, and write runs.csv with the columns
-the study promises, and quote the gradient ladder only at the runs' warm start and at its resolution.
+the study promises, quote the gradient ladder only at the runs' warm start and at its resolution, and
+pair the positive control with the study's GRPO runs by seed and weights.
 Also: compare.py's prover-plus-l3k4 arm parses to λ = 3, K = 4.
 """
 import csv
@@ -173,3 +174,22 @@ def test_the_ladder_beside_the_family_is_the_runs_warm_start_at_its_resolution(t
     tail = line.split("): GRPO's snr")[1]                              # 4 arms and exact credit, no ratio
     assert tail.count("unresolved") == 5 and "×" not in tail
     assert pc.ladder_line(res, "webshop", str(path)) is None
+
+
+def test_the_positive_control_pairs_with_the_studys_grpo_by_seed_and_weights(tmp_path):
+    """GRPO at lr ×2 − the study's GRPO, per seed from the same weights: +3 points on every seed gives
+    mean +3.0 and the exact two-sided p 2/2^10; a seed whose control started elsewhere is left out; a
+    control summary made without the control's flags is refused in one line."""
+    study, ctl = tmp_path / "study", tmp_path / "control"
+    fill(study, envs=["alfworld"])
+    res = pc.load(str(study))
+    assert pc.control_line(res, str(ctl)) is None                              # nothing run yet
+    flags = pc.CONTROL_FLAGS + pc.REGIME["alfworld"]
+    for s in pc.SEEDS:
+        write(ctl, "alfworld", "grpo", s, 0.3 + 0.01 * (s - 30) + 0.03, extra=flags, warm="w0" if s < 39 else "w1")
+    line = pc.control_line(res, str(ctl))
+    assert f"`{' '.join(pc.CONTROL_FLAGS)}`" in line and "GRPO on alfworld" in line
+    assert "+3.0 [+3.0, +3.0] (n=9)" in line and f"p {paired.fmt_p(2 / 2 ** 9)}" in line, line
+    write(ctl, "alfworld", "grpo", 30, 0.5, extra=pc.REGIME["alfworld"])
+    with pytest.raises(SystemExit, match="not a run of the positive control"):
+        pc.control_line(res, str(ctl))
