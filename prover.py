@@ -48,7 +48,9 @@ def eligible(group, min_success: int, max_success: int) -> bool:
 
 def credit(groups, adv, run, estimate=None) -> dict:
     """ProVer's credit for one batch: adv[g][i][t] (GRPO's per-turn advantages of trajectory i of
-    group g) gains λ·Δ̂ on verified segments, in place. Returns this update's prover/* metrics.
+    group g; t is a turn, one float each: grpo.collate spreads it onto the turn's tokens) gains λ·Δ̂
+    on verified segments, in place. Returns this update's prover/* metrics. Eligibility and τ* follow
+    `won`; A^GRPO and Δ̂ follow the outcome R (`--reward`: success, or WebShop's score).
     `estimate`: the verifier (verify.estimate; the lab's exact arms pass the exact ΔV)."""
     cfg, estimate = run.cfg, estimate or verify.estimate
     judge = BatchJudge(run.judge)

@@ -61,7 +61,7 @@ class Run:
     pool: list                        # spare train-split envs for continuations (verify, SPO)
     judge: object | None              # ProVer's judge, or CriticSearch's critic (methods' registry)
     out: str
-    step: int = 0
+    step: int = 0                     # this update's index: infra/guard.py sets it (and clears the lists below)
     proposals: list = field(default_factory=list)   # this update's judged segments (the lab's hit rate)
     records: list = field(default_factory=list)     # ... and per judged group what ProVer saw and did
 
@@ -240,7 +240,10 @@ def train(cfg: Config) -> str:
 
 
 def main(argv=None, cfg=None):
-    """`python train.py ARGV`: the flags parsed once (above, when run as a script), then infra/launch.py."""
+    """`python train.py ARGV`: the flags parsed once (above, when run as a script), then infra/launch.py.
+    On a CPU with the tiny policy the default is one worker process per core (each runs `train` on its
+    share of the groups, so a group's index is local to its worker); `--workers 1` keeps the whole loop
+    in this process, for a debugger."""
     argv = list(sys.argv[1:] if argv is None else argv)
     launch.main(cfg or config.parse_args(argv), argv, train, os.path.abspath(__file__))
 

@@ -35,7 +35,7 @@ class Method:
     credit_kind: str = ""     # the lab's credit precision: "added" (A − A^GRPO is the credit) |
                               # "final" (A itself: the method replaces GRPO) | "" (no per-turn credit)
     options: str = ""         # "module:function" run instead of `credit` when a flag beyond the paper
-                              # is set (prover: methods/prover_options.py's `beyond_paper`)
+                              # is set (methods/prover_options.py's `beyond_paper(cfg)` decides; credit_fn)
     flags: dict = field(default_factory=dict)   # Config fields it presets where the flag is not given
 
 
