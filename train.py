@@ -240,10 +240,8 @@ def train(cfg: Config) -> str:
 
 
 def main(argv=None, cfg=None):
-    """`python train.py ARGV`: the flags parsed once (above, when run as a script), then infra/launch.py.
-    On a CPU with the tiny policy the default is one worker process per core (each runs `train` on its
-    share of the groups, so a group's index is local to its worker); `--workers 1` keeps the whole loop
-    in this process, for a debugger."""
+    """`python train.py ARGV`: the flags parsed once (above, when run as a script), then infra/launch.py
+    (tiny policy on CPU: a worker per core, each on its share of the groups; `--workers 1`: one process)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     launch.main(cfg or config.parse_args(argv), argv, train, os.path.abspath(__file__))
 
