@@ -472,7 +472,7 @@ def main():
             raise SystemExit(f"compare: --env-flags {item!r}: ENV=FLAGS with ENV one of --envs ({' '.join(args.envs)})")
         args.env_extra[env] = shlex.split(flags)
     os.makedirs(args.out, exist_ok=True)
-    args.command = " ".join(["python", "bench/compare.py", *sys.argv[1:]])
+    args.command = shlex.join(["python", "bench/compare.py", *sys.argv[1:]])     # quoted: copy-paste runs it
     jobs = plan(args)
     clashes = [(run_dir(args.out, *j), c) for j in jobs for c in [protocol_clash(run_dir(args.out, *j), j, args)] if c]
     if clashes and not args.report_only:     # before any warm start: one line, never a silent reuse
