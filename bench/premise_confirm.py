@@ -249,11 +249,11 @@ def ladder_line(res: dict, env: str, path: str = LADDER) -> str | None:
             f"{bg.claim(ref, 'exact_vs_grpo', ok and bg.truthy(ref['exact_resolved']))}.\n")
 
 
-def control_line(res: dict, out: str = CONTROL) -> str | None:
+def control(res: dict, out: str = CONTROL) -> dict | None:
     """The positive control beside the family: final(GRPO at lr ×2) − final(the study's GRPO) per seed
-    on CONTROL_ENV, over the seeds both ran from the same weights (points: mean, 95% t CI, two-sided
-    exact sign-flip p, n); None before a paired run is in. A control summary made under another
-    protocol than the study's GRPO arm plus CONTROL_FLAGS is one error line."""
+    on CONTROL_ENV, over the seeds both ran from the same weights (points: paired.paired's mean, 95% t
+    CI, two-sided exact sign-flip p, n); None before a paired run is in. A control summary made under
+    another protocol than the study's GRPO arm plus CONTROL_FLAGS is one error line."""
     ctl = {}
     for path in sorted(glob.glob(os.path.join(out, "summaries", "compare", f"{CONTROL_ENV}-grpo-s*.json"))):
         rec, seed = json.load(open(path)), int(path[:-5].rsplit("-s", 1)[1])
@@ -264,7 +264,13 @@ def control_line(res: dict, out: str = CONTROL) -> str | None:
         ctl[CONTROL_ENV, "grpo-lr2", seed] = rec["summary"]
     both = {**{k: v for k, v in res.items() if k[:2] == (CONTROL_ENV, "grpo")}, **ctl}
     d = diff(both, CONTROL_ENV, "grpo-lr2", "grpo")
-    if not d.get("n"):
+    return d if d.get("n") else None
+
+
+def control_line(res: dict, out: str = CONTROL) -> str | None:
+    """confirm.md's line for the positive control (`control`), or None before it has a pair."""
+    d = control(res, out)
+    if d is None:
         return None
     return (f"Positive control (exploratory, decided after these results; `{os.path.relpath(out, ROOT)}/`): GRPO at "
             f"twice the learning rate (`{' '.join(CONTROL_FLAGS)}`) − GRPO on {CONTROL_ENV}, final points: "

@@ -717,7 +717,7 @@ def test_the_comparisons_sentence_follows_the_preregistered_study():
     bench/premise_confirm.py over the kept summaries: "under way, no test decided" while any planned
     test waits for runs, and the study's own answer sentence (every figure from the family, verdict
     words following Holm) in the index and LABS.md's lab 9, its short form (means and Holm p) in README,
-    once all five are decided — never a figure before."""
+    once all five are decided — never a figure before; the positive control beside it with its own p."""
     import premise_confirm
     res = premise_confirm.load(os.path.join(ROOT, "results", "premise_confirm"))
     ans = premise_confirm.answer(res)
@@ -736,3 +736,9 @@ def test_the_comparisons_sentence_follows_the_preregistered_study():
         assert p >= 0.05
         assert (f"Beside it (exploratory, uncorrected), no arm's final differs from GRPO's on any benchmark, "
                 f"grpo-matched's extra rollouts included (the smallest two-sided p: {p:.2f}, {arm} on {env})") in guide
+    ctl = premise_confirm.control(res)
+    if ctl is not None:                           # the positive control (exploratory): its verdict follows its p
+        import paired
+        verdict = "a 2× step is not resolved either" if ctl["p"] >= 0.05 else "a 2× step is resolved"
+        assert ("A positive control (exploratory, after the results, [premise_control/](premise_control/)): GRPO at 2× "
+                f"the learning rate on ALFWorld {paired.fmt(ctl, sign=True)}, p {paired.fmt_p(ctl['p'])}: {verdict}.") in guide
