@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import paired  # noqa: E402  (bench/paired.py)
 from compare import by_seed, cost_ratio  # noqa: E402  ({seed: summary[key]} of one env and arm; cost × GRPO's)
 import premise  # noqa: E402  (bench/premise.py: the screen's studies and its rule)
-from runs import same_start  # noqa: E402
+from runs import same_start, weights_id  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENVS = ["alfworld", "webshop", "searchqa"]
@@ -79,6 +79,11 @@ FAMILY = [("1. ProVer > GRPO, average", "prover", "grpo", ENVS),
           ("5. ProVer > ProVer-random, average", "prover", "prover-random", ENVS)]
 
 
+def misses(rec: dict, want: dict, whose: str) -> list[str]:
+    """Each protocol key of summary `rec` that differs from `want`, said as 'key=value (whose: wanted)'."""
+    return [f"{k}={rec['protocol'].get(k)!r} ({whose}: {v!r})" for k, v in want.items() if rec["protocol"].get(k) != v]
+
+
 def load(out: str) -> dict:
     """{(env, arm, seed): summary} of the study's finished runs; one line (SystemExit) for a summary
     made under another protocol, an arm or seed outside the PLAN."""
@@ -87,10 +92,8 @@ def load(out: str) -> dict:
         name = os.path.basename(path)[:-5]
         env, rest = name.split("-", 1)
         arm, seed = rest.rsplit("-s", 1)
-        rec = json.load(open(path))
-        pr, seed = rec["protocol"], int(seed)
-        want = {**PROTOCOL, "env": env, "seed": seed, "extra": REGIME.get(env)}
-        bad = [f"{k}={pr.get(k)!r} (the PLAN: {v!r})" for k, v in want.items() if pr.get(k) != v]
+        rec, seed = json.load(open(path)), int(seed)
+        bad = misses(rec, {**PROTOCOL, "env": env, "seed": seed, "extra": REGIME.get(env)}, "the PLAN")
         if env not in ENVS or arm not in ARMS or seed not in SEEDS or bad:
             raise SystemExit(f"premise_confirm: {path} is not a run of the PLAN ({bad[0] if bad else f'{env}/{arm}/s{seed}'})")
         res[env, arm, seed] = rec["summary"]
@@ -226,16 +229,16 @@ def ladder_line(res: dict, env: str, path: str = LADDER) -> str | None:
     """The gradient ladder beside the family (the PLAN's promise): the csv's rows in this regime whose
     policy's weights (sha1, first 12 hex) are the ones every run of `env` started from; None when the
     csv has no such rows. Each ratio as the ladder's rule lets it be said (`benchmark_gradient.claim`)."""
-    import hashlib
     import benchmark_gradient as bg
     starts = {r.get("warm_start") for k, r in res.items() if k[0] == env}
-    rows = {}
+    rows, ids = {}, {}                                   # ids: each policy folder's weights, hashed once
     for r in csv.DictReader(open(path, newline="")):
         pol, _, regime = r["policy"].partition(" [")
         if r["env"] != env or regime != ladder_regime(env) + "]":
             continue
-        w = os.path.join(ROOT, pol, "model.safetensors")
-        if os.path.exists(w) and {hashlib.sha1(open(w, "rb").read()).hexdigest()[:12]} == starts:
+        if pol not in ids:
+            ids[pol] = weights_id(os.path.join(ROOT, pol))
+        if ids[pol] is not None and {ids[pol]} == starts:
             rows[r["method"]] = r
     if "grpo" not in rows or LADDER_REF not in rows:
         return None
@@ -257,8 +260,8 @@ def control(res: dict, out: str = CONTROL) -> dict | None:
     ctl = {}
     for path in sorted(glob.glob(os.path.join(out, "summaries", "compare", f"{CONTROL_ENV}-grpo-s*.json"))):
         rec, seed = json.load(open(path)), int(path[:-5].rsplit("-s", 1)[1])
-        want = {**PROTOCOL, "env": CONTROL_ENV, "seed": seed, "extra": CONTROL_FLAGS + REGIME[CONTROL_ENV]}
-        bad = [f"{k}={rec['protocol'].get(k)!r} (the control: {v!r})" for k, v in want.items() if rec["protocol"].get(k) != v]
+        bad = misses(rec, {**PROTOCOL, "env": CONTROL_ENV, "seed": seed, "extra": CONTROL_FLAGS + REGIME[CONTROL_ENV]},
+                     "the control")
         if bad or seed not in SEEDS:
             raise SystemExit(f"premise_confirm: {path} is not a run of the positive control ({bad[0] if bad else f's{seed}'})")
         ctl[CONTROL_ENV, "grpo-lr2", seed] = rec["summary"]

@@ -86,17 +86,23 @@ def warm_dir(args) -> str:
     return os.path.abspath(os.path.join(args.out, "warmstarts"))
 
 
-def warm_start_id(d: str) -> str | None:
-    """The first 12 hex of the sha1 of the weights the run in `d` loaded its warm start from (the
-    folder its stdout.log names), or None when the log does not name one (e.g. a hand-made run)."""
+def weights_id(folder: str) -> str | None:
+    """The first 12 hex of the sha1 of `folder`'s model.safetensors (a warm start's identity), or None
+    when it has none."""
     import hashlib
+    w = os.path.join(folder, "model.safetensors")
+    return hashlib.sha1(open(w, "rb").read()).hexdigest()[:12] if os.path.exists(w) else None
+
+
+def warm_start_id(d: str) -> str | None:
+    """`weights_id` of the warm start the run in `d` loaded (the folder its stdout.log names), or None
+    when the log does not name one (e.g. a hand-made run)."""
     import re
     log = os.path.join(d, "stdout.log")
     if not os.path.exists(log):
         return None
     m = re.findall(r"cached warm start at (\S+)", open(log, errors="replace").read())
-    w = os.path.join(m[-1], "model.safetensors") if m else None
-    return hashlib.sha1(open(w, "rb").read()).hexdigest()[:12] if w and os.path.exists(w) else None
+    return weights_id(m[-1]) if m else None
 
 
 def summarize_run(d: str) -> dict | None:

@@ -143,12 +143,13 @@ def test_the_ladder_beside_the_family_is_the_runs_warm_start_at_its_resolution(t
     """The ladder line reads the committed csv's rows in the env's regime only when their policy's weights
     are the ones the runs started from (sha1, 12 hex), quotes each ratio with its BCa interval, and says
     'unresolved' for every ratio once GRPO's snr is within 2 SE of 0."""
-    import hashlib
+    from runs import weights_id
     rows = [r for r in csv.DictReader(open(pc.LADDER, newline="")) if r["env"] == "alfworld"
             and r["policy"].endswith(f" [{pc.ladder_regime('alfworld')}]")]
     assert pc.ladder_regime("alfworld") == "max_steps=30,temperature=0.7" and len(rows) == 6
     pol = rows[0]["policy"].partition(" [")[0]
-    weights = hashlib.sha1(open(os.path.join(ROOT, pol, "model.safetensors"), "rb").read()).hexdigest()[:12]
+    weights = weights_id(os.path.join(ROOT, pol))
+    assert weights == "79df9c312ba3"                                            # the pinned warm start's
     path = tmp_path / "ladder.csv"
 
     def save(rs):
