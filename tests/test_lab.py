@@ -518,3 +518,12 @@ def test_compare_env_flags_are_one_envs_regime_and_part_of_its_protocol(tmp_path
     p = subprocess.run([sys.executable, "bench/compare.py", "--envs", "alfworld", "--methods", "grpo", "--env-flags",
                         "webshop=--max-steps 8", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "--env-flags" in p.stderr and "Traceback" not in p.stderr
+    # the report's command, copied, is the command that ran: a regime with spaces stays one argument
+    argv = ["--envs", "alfworld", "--methods", "grpo", "--seeds", "0", "--env-flags", "alfworld=--max-steps 30",
+            "--out", str(tmp_path / "cmd"), "--report-only"]
+    p = subprocess.run([sys.executable, "bench/compare.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-500:]
+    import re
+    import shlex
+    cmd = re.search(r"^Command: `(.*)`$", (tmp_path / "cmd" / "compare.md").read_text(), re.M).group(1)
+    assert shlex.split(cmd) == ["python", "bench/compare.py", *argv]
